@@ -1,0 +1,19 @@
+"""Substrate compilers: the only code that builds SQL. Pure: no I/O, no database drivers."""
+
+from __future__ import annotations
+
+from lakewrap.compilers.base import Capabilities, Compiler
+
+
+def compiler_for(substrate: str) -> Compiler:
+    """The compiler of a substrate (``ducklake``)."""
+    from lakewrap.errors import UnsupportedError
+
+    if substrate == "ducklake":
+        from lakewrap.compilers.ducklake import DuckLakeCompiler
+
+        return DuckLakeCompiler()
+    raise UnsupportedError(f"no compiler for substrate `{substrate}`", hint="use `ducklake`")
+
+
+__all__ = ["Capabilities", "Compiler", "compiler_for"]

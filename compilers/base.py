@@ -1,0 +1,462 @@
+"""The shared statement shapes of every strategy, read through a substrate's :class:`Capabilities`.
+
+A substrate compiler is mostly data: it sets capabilities and overrides a shape only where its
+capabilities force a different statement. Pure: no I/O, no database driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from sqlglot import exp
+
+from lakewrap.compilers import sql as q
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Role, Window
+from lakewrap.errors import Location, PlanError, UnsupportedError
+from lakewrap.plan import Plan
+from lakewrap.spec import (
+    AppendStrategy,
+    DeleteInsertStrategy,
+    LiteralStrategy,
+    MergeStrategy,
+    SnapshotStrategy,
+    TableStrategy,
+    TimePartitioning,
+    ViewStrategy,
+)
+from lakewrap.sqltext import parameters, parse_body
+
+STAGE = "__lakewrap_stage"
+CHANGES = "__lakewrap_changes"
+DELETED = "__lakewrap_deleted"
+VALID_FROM = "__lakewrap_valid_from"
+TARGET = "target"
+SOURCE = "source"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a substrate can do; the shared shapes read these flags."""
+
+    name: str
+    write_path: Literal["sql", "pyiceberg"] = "sql"
+    supports_views: bool = True
+    supports_create_or_replace: bool = True
+    supports_merge: bool = True
+    max_merge_update_actions: int = 1
+    supports_merge_predicate: bool = True
+    partition_ddl: bool = True
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One statement under construction: role, AST and a note for the reader."""
+
+    role: Role
+    node: exp.Expression
+    note: str | None = None
+    text: str | None = None  # literal models: the statement exactly as written
+
+
+class Compiler:
+    """Compiles a :class:`~lakewrap.plan.Plan` into a :class:`CompiledPlan`."""
+
+    caps: ClassVar[Capabilities]
+
+    def compile(self, plan: Plan) -> CompiledPlan:
+        """Build, render once, and attach to each statement the parameters it uses."""
+        spec = plan.model
+        shapes = self.shapes(plan)
+        available = plan.params()
+        statements: list[CompiledStatement] = []
+        for shape in shapes:
+            text = shape.text if shape.text is not None else q.render(shape.node)
+            used = parameters(shape.node)
+            statements.append(
+                CompiledStatement(
+                    role=shape.role,
+                    sql=text,
+                    params={k: available[k] for k in sorted(used) if k in available},
+                    note=shape.note,
+                )
+            )
+        stmts = tuple(statements)
+        idem, note = self.idempotency(plan)
+        binding = plan.binding
+        window = None
+        if binding is not None:
+            window = Window(
+                kind=binding.kind,
+                value=binding.value,
+                start=binding.start.isoformat(),
+                end=binding.end.isoformat(),
+                closed="[start, end)" if binding.kind == "time" else "(start, end]",
+                lookback=binding.lookback,
+            )
+        return CompiledPlan(
+            model=spec.path.rsplit("/", 1)[-1].removesuffix(".sql"),
+            path=spec.path,
+            target=str(spec.target),
+            strategy=spec.strategy.kind,
+            substrate=self.caps.name,
+            write_path=self.caps.write_path,
+            window=window,
+            idempotent=idem,
+            idempotent_note=note,
+            statements=stmts,
+            sql_sha256=CompiledPlan.digest(stmts),
+        )
+
+    # --- dispatch ---------------------------------------------------------------------------------
+
+    def shapes(self, plan: Plan) -> list[Shape]:
+        strategy = plan.model.strategy
+        builders: dict[type, Callable[[Plan], list[Shape]]] = {
+            TableStrategy: self.table,
+            ViewStrategy: self.view,
+            DeleteInsertStrategy: self.delete_insert,
+            MergeStrategy: self.merge,
+            AppendStrategy: self.append,
+            SnapshotStrategy: self.snapshot,
+            LiteralStrategy: self.literal,
+        }
+        return builders[type(strategy)](plan)
+
+    def idempotency(self, plan: Plan) -> tuple[bool | None, str]:
+        match plan.model.strategy:
+            case AppendStrategy():
+                return False, "append inserts the rows again on every re-run"
+            case LiteralStrategy():
+                return None, "a literal model runs as written; lakewrap cannot tell whether a re-run is safe"
+            case SnapshotStrategy():
+                return True, "a re-run with an unchanged source writes no new versions"
+            case _:
+                return True, "a re-run replaces the same rows"
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def query(self, plan: Plan) -> exp.Expression:
+        """A fresh copy of the model's SELECT AST (parsed once per process)."""
+        statements = parse_body(plan.model.sql, plan.model.path)
+        return statements[0].tree.copy()
+
+    def target(self, plan: Plan) -> exp.Table:
+        t = plan.model.target
+        return q.table(t.schema_name, t.name)
+
+    def columns(self, plan: Plan, why: str) -> tuple[str, ...]:
+        if plan.columns is None:
+            raise PlanError(
+                f"{why} needs the model's column list, but the SELECT uses `*`",
+                hint="list the columns in the SELECT, declare them with `-- column <name> <type>`, "
+                "or compile where the lake is reachable so lakewrap can read them",
+            )
+        return plan.columns
+
+    def setup(self, plan: Plan) -> Shape:
+        t = plan.model.target
+        return Shape("setup", exp.Create(this=exp.Table(db=q.ident(t.schema_name)), kind="SCHEMA", exists=True))
+
+    def stage(self, plan: Plan, select: exp.Expression) -> Shape:
+        node = exp.Create(
+            this=q.table(None, STAGE),
+            kind="TABLE",
+            replace=True,
+            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+            expression=select,
+        )
+        return Shape("stage", node, "the SELECT's rows, computed once")
+
+    def drop(self, name: str) -> Shape:
+        return Shape("cleanup", exp.Drop(tables=[q.table(None, name)], kind="TABLE", exists=True))
+
+    def from_stage(self, alias: str | None = None) -> exp.Select:
+        src = q.table(None, STAGE)
+        return exp.select().from_(q.aliased(src, alias) if alias else src)
+
+    def window_condition(self, plan: Plan, qualifier: str | None = None) -> exp.Expression:
+        binding = plan.binding
+        assert binding is not None and plan.model.partition is not None
+        key = q.col(plan.model.partition.key, qualifier)
+        if binding.kind == "time":
+            lo: exp.Expression = exp.GTE(this=key, expression=q.param("partition_start"))
+            hi: exp.Expression = exp.LT(this=key.copy(), expression=q.param("partition_end"))
+        else:
+            lo = exp.GT(this=key, expression=q.param("partition_start"))
+            hi = exp.LTE(this=key.copy(), expression=q.param("partition_end"))
+        return exp.and_(lo, hi)
+
+    def guard_window(self, plan: Plan) -> Shape:
+        assert plan.model.partition is not None
+        # `cond IS NOT TRUE` also counts rows whose key is NULL: they belong to no window.
+        outside = exp.Not(this=exp.paren(exp.Is(this=exp.paren(self.window_condition(plan)), expression=exp.true())))
+        sel = self.from_stage().where(outside)
+        key = plan.model.partition.key
+        msg = [q.as_text(q.count_star()), q.string(f" rows have {key} outside the partition window "
+                                                   "(or NULL); they would be lost or duplicated on re-run")]
+        return Shape("guard", q.fail_if(sel, msg), "refuse rows outside the window")
+
+    def guard_keys(self, plan: Plan, keys: tuple[str, ...], check_duplicates: bool) -> list[Shape]:
+        label = ", ".join(keys)
+        null_sel = self.from_stage().where(q.or_all(exp.Is(this=q.col(k), expression=exp.Null()) for k in keys))
+        out = [Shape("guard", q.fail_if(null_sel, [q.as_text(q.count_star()),
+                                                    q.string(f" rows have a NULL unique_key ({label})")]),
+                     "refuse NULL keys")]
+        if check_duplicates:
+            grouped = (
+                exp.select(*(q.col(k) for k in keys))
+                .from_(q.table(None, STAGE))
+                .group_by(*(q.col(k) for k in keys))
+                .having(exp.GT(this=q.count_star(), expression=exp.Literal.number(1)))
+            )
+            example = exp.Min(this=exp.func("concat_ws", q.string(", "), *(q.as_text(q.col(k)) for k in keys)))
+            sel = exp.select().from_(grouped.subquery(q.ident("dupes")))
+            msg = [q.as_text(q.count_star()),
+                   q.string(f" unique_key ({label}) values occur more than once, e.g. ("), example, q.string(")")]
+            out.append(Shape("guard", q.fail_if(sel, msg), "refuse duplicate keys"))
+        return out
+
+    def bootstrap(self, plan: Plan, source: exp.Expression) -> list[Shape]:
+        create = exp.Create(this=self.target(plan), kind="TABLE", exists=True, expression=source)
+        out = [Shape("bootstrap", create, "first run: create the table from the result's schema")]
+        part = plan.model.partition
+        if isinstance(part, TimePartitioning) and self.caps.partition_ddl:
+            transforms = {
+                "hourly": ("year", "month", "day", "hour"),
+                "daily": ("year", "month", "day"),
+                "weekly": ("year", "month"),
+                "monthly": ("year", "month"),
+                "yearly": ("year",),
+            }[part.grain.value]
+            keys = [exp.Anonymous(this=fn, expressions=[q.col(part.key)]) for fn in transforms]
+            out.append(Shape("bootstrap", q.set_partitioned_by(self.target(plan), keys),
+                             "physical layout by the partition key (no-op when unchanged)"))
+        return out
+
+    def empty_of(self, select: exp.Expression) -> exp.Select:
+        """``SELECT * FROM (<select>) LIMIT 0``: the result's schema, no rows."""
+        return exp.select(exp.Star()).from_(select.subquery(q.ident("result"))).limit(0)
+
+    def insert_by_name(self, plan: Plan, select: exp.Expression) -> exp.Insert:
+        return exp.Insert(this=self.target(plan), expression=select, by_name=True)
+
+    # --- strategies -------------------------------------------------------------------------------
+
+    def table(self, plan: Plan) -> list[Shape]:
+        node = exp.Create(this=self.target(plan), kind="TABLE", replace=True, expression=self.query(plan))
+        return [self.setup(plan), Shape("write", node, "full rebuild")]
+
+    def view(self, plan: Plan) -> list[Shape]:
+        if not self.caps.supports_views:
+            raise UnsupportedError(
+                f"{self.caps.name} cannot hold a view (model {plan.model.path})",
+                location=Location(plan.model.path),
+                hint="use `-- materialized table`, or keep the view on a DuckLake",
+            )
+        node = exp.Create(this=self.target(plan), kind="VIEW", replace=True, expression=self.query(plan))
+        return [self.setup(plan), Shape("write", node, "view over the SELECT")]
+
+    def staged(self, plan: Plan, select: exp.Expression | None = None) -> list[Shape]:
+        shapes = [self.setup(plan), self.stage(plan, select if select is not None else self.query(plan))]
+        if plan.binding is not None:
+            shapes.append(self.guard_window(plan))
+        return shapes
+
+    def delete_insert(self, plan: Plan) -> list[Shape]:
+        shapes = self.staged(plan)
+        shapes += self.bootstrap(plan, self.from_stage().select(exp.Star()).limit(0))
+        delete = exp.Delete(this=self.target(plan), where=exp.Where(this=self.window_condition(plan)))
+        shapes.append(Shape("write", delete, "remove the window's current rows"))
+        shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star())),
+                            "insert the window's new rows, by column name"))
+        shapes.append(self.drop(STAGE))
+        return shapes
+
+    def append(self, plan: Plan) -> list[Shape]:
+        if plan.binding is None:
+            query = self.query(plan)
+            shapes = [self.setup(plan)]
+            shapes += self.bootstrap(plan, self.empty_of(query.copy()))
+            shapes.append(Shape("write", self.insert_by_name(plan, query), "insert the rows, by column name"))
+            return shapes
+        shapes = self.staged(plan)
+        shapes += self.bootstrap(plan, self.from_stage().select(exp.Star()).limit(0))
+        shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star())),
+                            "insert the rows, by column name"))
+        shapes.append(self.drop(STAGE))
+        return shapes
+
+    def deduped(self, plan: Plan, keys: tuple[str, ...], order_by: str) -> exp.Select:
+        """Keep the row with the greatest ``order_by`` per key (``dedupe=latest_by``)."""
+        window = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[q.col(k) for k in keys],
+            order=exp.Order(expressions=[exp.Ordered(this=q.col(order_by), desc=True, nulls_first=False)]),
+        )
+        rank = exp.EQ(this=window, expression=exp.Literal.number(1))
+        return exp.select(exp.Star()).from_(self.query(plan).subquery(q.ident("result"))).qualify(rank)
+
+    def merge(self, plan: Plan) -> list[Shape]:
+        strategy = plan.model.strategy
+        assert isinstance(strategy, MergeStrategy)
+        if not self.caps.supports_merge:
+            raise UnsupportedError(f"{self.caps.name} has no MERGE", location=Location(plan.model.path))
+        if strategy.predicate is not None and not self.caps.supports_merge_predicate:
+            raise UnsupportedError(
+                f"{self.caps.name} cannot honour unique_key predicate=",
+                location=Location(plan.model.path),
+                hint="remove predicate=, or use a substrate whose MERGE accepts extra match conditions",
+            )
+        columns = self.columns(plan, "MERGE")
+        keys = strategy.unique_key
+        lowered_keys = {k.lower() for k in keys}
+        if strategy.update_columns is not None:
+            wanted = {c.lower() for c in strategy.update_columns}
+            updated = [c for c in columns if c.lower() in wanted]
+        else:
+            excluded = {c.lower() for c in strategy.exclude_columns} | lowered_keys
+            updated = [c for c in columns if c.lower() not in excluded]
+        select = (self.deduped(plan, keys, strategy.dedupe_by) if strategy.dedupe_by else self.query(plan))
+        shapes = self.staged(plan, select)
+        shapes += self.guard_keys(plan, keys, check_duplicates=strategy.dedupe == "error")
+        shapes += self.bootstrap(plan, self.from_stage().select(exp.Star()).limit(0))
+        on = q.keys_equal(keys, TARGET, SOURCE)
+        if strategy.predicate is not None:
+            import sqlglot
+
+            on = exp.and_(on, exp.paren(sqlglot.condition(strategy.predicate, dialect="duckdb")))
+        whens = []
+        if updated:
+            sets = [exp.EQ(this=q.col(c), expression=q.col(c, SOURCE)) for c in updated]
+            whens.append(exp.When(matched=True, then=exp.Update(expressions=sets)))
+        insert = exp.Insert(
+            this=exp.Tuple(expressions=[q.col(c) for c in columns]),
+            expression=exp.Tuple(expressions=[q.col(c, SOURCE) for c in columns]),
+        )
+        whens.append(exp.When(matched=False, then=insert))
+        node = exp.Merge(
+            this=q.aliased(self.target(plan), TARGET),
+            using=q.aliased(q.table(None, STAGE), SOURCE),
+            on=on,
+            whens=exp.Whens(expressions=whens),
+        )
+        note = "upsert on " + ", ".join(keys) + ("" if updated else " (every column is a key: insert only)")
+        shapes.append(Shape("write", node, note))
+        shapes.append(self.drop(STAGE))
+        return shapes
+
+    def snapshot(self, plan: Plan) -> list[Shape]:
+        s = plan.model.strategy
+        assert isinstance(s, SnapshotStrategy)
+        columns = self.columns(plan, "an SCD2 snapshot")
+        keys = s.unique_key
+        lowered_keys = {k.lower() for k in keys}
+        shapes = [self.setup(plan), self.stage(plan, self.query(plan))]
+        shapes += self.guard_keys(plan, keys, check_duplicates=True)
+        if s.strategy == "timestamp":
+            assert s.updated_at is not None
+            null_ts = self.from_stage().where(exp.Is(this=q.col(s.updated_at), expression=exp.Null()))
+            shapes.append(Shape("guard", q.fail_if(null_ts, [q.as_text(q.count_star()),
+                                                             q.string(f" rows have a NULL {s.updated_at}")]),
+                                "refuse versions without a timestamp"))
+            valid_from: exp.Expression = q.col(s.updated_at, SOURCE)
+            empty_ts: exp.Expression = q.col(s.updated_at)
+        else:
+            valid_from = q.param("run_timestamp")
+            empty_ts = exp.cast(exp.Null(), exp.DataType.build("TIMESTAMPTZ"))
+        meta = [
+            exp.alias_(empty_ts.copy(), "valid_from", quoted=True),
+            exp.alias_(empty_ts.copy(), "valid_to", quoted=True),
+            exp.alias_(exp.cast(exp.Null(), exp.DataType.build("BOOLEAN")), "is_current", quoted=True),
+        ]
+        if s.hard_deletes == "new_record":
+            meta.append(exp.alias_(exp.cast(exp.Null(), exp.DataType.build("BOOLEAN")), "is_deleted", quoted=True))
+        shapes += self.bootstrap(plan, self.from_stage().select(exp.Star(), *meta).limit(0))
+
+        current = "current"
+        joined = exp.and_(q.keys_equal(keys, current, SOURCE), q.col("is_current", current))
+        if s.strategy == "timestamp":
+            assert s.updated_at is not None
+            changed: exp.Expression = exp.GT(this=q.col(s.updated_at, SOURCE), expression=q.col(s.updated_at, current))
+        else:
+            checked = columns if s.check_cols == "all" else s.check_cols
+            assert checked is not None
+            cols = [c for c in checked if c.lower() not in lowered_keys]
+            changed = q.or_all(
+                exp.NullSafeNEQ(this=q.col(c, SOURCE), expression=q.col(c, current)) for c in cols
+            ) if cols else exp.false()
+        is_new = exp.Is(this=q.col(keys[0], current), expression=exp.Null())
+        conditions = [is_new, changed]
+        if s.hard_deletes == "new_record":
+            conditions.insert(1, q.col("is_deleted", current))
+        changes = (
+            exp.select(*(q.col(c, SOURCE) for c in columns), exp.alias_(valid_from, VALID_FROM, quoted=True))
+            .from_(q.aliased(q.table(None, STAGE), SOURCE))
+            .join(q.aliased(self.target(plan), current), on=joined, join_type="LEFT")
+            .where(q.or_all(conditions))
+        )
+        shapes.append(Shape("stage", exp.Create(
+            this=q.table(None, CHANGES), kind="TABLE", replace=True,
+            properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=changes),
+            "new keys and changed rows: the versions to open"))
+        close = exp.Update(
+            this=q.aliased(self.target(plan), TARGET),
+            expressions=[
+                exp.EQ(this=q.col("valid_to"), expression=q.col(VALID_FROM, "changes")),
+                exp.EQ(this=q.col("is_current"), expression=exp.false()),
+            ],
+            from_=exp.From(this=q.aliased(q.table(None, CHANGES), "changes")),
+            where=exp.Where(this=exp.and_(q.keys_equal(keys, TARGET, "changes"), q.col("is_current", TARGET))),
+        )
+        shapes.append(Shape("write", close, "close the superseded current versions"))
+        if s.hard_deletes != "ignore":
+            gone = exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1))
+                                           .from_(q.aliased(q.table(None, STAGE), SOURCE))
+                                           .where(q.keys_equal(keys, SOURCE, TARGET))))
+            live = q.col("is_current", TARGET)
+            if s.hard_deletes == "new_record":
+                live = exp.and_(live, exp.Not(this=exp.func("coalesce", q.col("is_deleted", TARGET), exp.false())))
+                deleted = exp.select(*(q.col(c, TARGET) for c in columns)).from_(
+                    q.aliased(self.target(plan), TARGET)).where(exp.and_(live, gone))
+                shapes.append(Shape("stage", exp.Create(
+                    this=q.table(None, DELETED), kind="TABLE", replace=True,
+                    properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=deleted),
+                    "current versions whose key left the source"))
+            shapes.append(Shape("write", exp.Update(
+                this=q.aliased(self.target(plan), TARGET),
+                expressions=[
+                    exp.EQ(this=q.col("valid_to"), expression=q.param("run_timestamp")),
+                    exp.EQ(this=q.col("is_current"), expression=exp.false()),
+                ],
+                where=exp.Where(this=exp.and_(live.copy(), gone.copy())),
+            ), "close versions whose key left the source (hard delete)"))
+            if s.hard_deletes == "new_record":
+                tomb = exp.select(
+                    *(q.col(c) for c in columns),
+                    exp.alias_(q.param("run_timestamp"), "valid_from", quoted=True),
+                    exp.alias_(exp.Null(), "valid_to", quoted=True),
+                    exp.alias_(exp.true(), "is_current", quoted=True),
+                    exp.alias_(exp.true(), "is_deleted", quoted=True),
+                ).from_(q.table(None, DELETED))
+                shapes.append(Shape("write", self.insert_by_name(plan, tomb), "record each hard delete as a version"))
+        opened = [
+            *(q.col(c) for c in columns),
+            exp.alias_(q.col(VALID_FROM), "valid_from", quoted=True),
+            exp.alias_(exp.Null(), "valid_to", quoted=True),
+            exp.alias_(exp.true(), "is_current", quoted=True),
+        ]
+        if s.hard_deletes == "new_record":
+            opened.append(exp.alias_(exp.false(), "is_deleted", quoted=True))
+        shapes.append(Shape("write", self.insert_by_name(plan, exp.select(*opened).from_(q.table(None, CHANGES))),
+                            "open the new versions"))
+        shapes.append(self.drop(CHANGES))
+        if s.hard_deletes == "new_record":
+            shapes.append(self.drop(DELETED))
+        shapes.append(self.drop(STAGE))
+        return shapes
+
+    def literal(self, plan: Plan) -> list[Shape]:
+        statements = parse_body(plan.model.sql, plan.model.path)
+        return [Shape("literal", st.tree, text=st.text.strip()) for st in statements]

@@ -1,0 +1,50 @@
+"""Printable forms of compiled plans: annotated SQL for people, JSON for tools."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lakewrap import __version__
+from lakewrap.compilers.artifacts import CompiledPlan, CompileOutput
+from lakewrap.plan import Param
+
+RULE = "-- " + "=" * 97
+
+
+def _param(name: str, p: Param) -> str:
+    quoted = p.value.replace("'", "''")
+    return f"${name} = {p.type} '{quoted}'"
+
+
+def plan_sql(plan: CompiledPlan) -> str:
+    """One plan as SQL: a header comment, then ``BEGIN``, each statement with its parameters, ``COMMIT``."""
+    lines = [RULE, f"-- model:      {plan.path}", f"-- target:     {plan.target}",
+             f"-- strategy:   {plan.strategy} (substrate {plan.substrate}, write path {plan.write_path})"]
+    if plan.window is not None:
+        w = plan.window
+        bounds = f"[{w.start}, {w.end})" if w.closed == "[start, end)" else f"({w.start}, {w.end}]"
+        extra = f", lookback {w.lookback}" if w.lookback else ""
+        label = "watermark" if w.kind == "dynamic" else w.value
+        lines.append(f"-- partition:  {label}  window {bounds}{extra}")
+    else:
+        lines.append("-- partition:  (none: the whole table)")
+    verdict = {True: "yes", False: "NO", None: "unknown"}[plan.idempotent]
+    lines += [f"-- idempotent: {verdict} ({plan.idempotent_note})", f"-- sql_sha256: {plan.sql_sha256}", RULE,
+              "BEGIN TRANSACTION;", ""]
+    for i, st in enumerate(plan.statements, 1):
+        head = f"-- [{i}] {st.role}" + (f": {st.note}" if st.note else "")
+        lines.append(head)
+        if st.params:
+            lines.append("-- params: " + ", ".join(_param(k, v) for k, v in st.params.items()))
+        lines.append(st.sql.rstrip().rstrip(";") + ";")
+        lines.append("")
+    lines.append("COMMIT;")
+    return "\n".join(lines) + "\n"
+
+
+def plans_sql(plans: Sequence[CompiledPlan]) -> str:
+    return "\n".join(plan_sql(p) for p in plans)
+
+
+def plans_json(plans: Sequence[CompiledPlan]) -> str:
+    return CompileOutput(lakewrap_version=__version__, plans=tuple(plans)).model_dump_json(indent=2) + "\n"

@@ -1,0 +1,324 @@
+"""Model file → :class:`~lakewrap.spec.ModelSpec`.
+
+The header (the leading run of ``--`` lines) is read by the annotation lexer and the keyword
+registry; the body is parsed by sqlglot. Nothing here touches a database.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+from sqlglot import exp
+
+from lakewrap.annotations.header import Header
+from lakewrap.annotations.lexer import lex_line
+from lakewrap.annotations.registry import Registry, default_registry
+from lakewrap.errors import AnnotationError, Location, ModelError, SqlError, choices_hint, suggest
+from lakewrap.spec import ModelSpec, TableRef
+from lakewrap.sqltext import (
+    Statement,
+    has_positional_parameter,
+    parameter_location,
+    parameters,
+    parse_body,
+)
+
+PARTITION_PARAMETERS = ("partition_start", "partition_end", "partition_value")
+SCD2_COLUMNS = ("valid_from", "valid_to", "is_current", "is_deleted")
+QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except)
+
+
+def default_target(rel: str) -> TableRef:
+    """``models/<schema>/<name>.sql`` → ``schema.name``; ``models/<name>.sql`` → ``main.name``."""
+    parts = rel.split("/")
+    if parts and parts[0] == "models":
+        parts = parts[1:]
+    stem = parts[-1].rsplit(".", 1)[0]
+    schema = parts[0] if len(parts) > 1 else "main"
+    return TableRef(schema_name=schema, name=stem)
+
+
+def split_header(text: str) -> tuple[list[tuple[int, str]], int]:
+    """The header lines as (line number, text) and the number of the first body line."""
+    lines = text.splitlines()
+    header: list[tuple[int, str]] = []
+    i = 0
+    while i < len(lines) and not lines[i].strip() and not header:
+        i += 1
+    while i < len(lines) and lines[i].lstrip().startswith("--"):
+        header.append((i + 1, lines[i].strip()))
+        i += 1
+    return header, i + 1
+
+
+def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Registry | None = None) -> ModelSpec:
+    """Parse one model file.
+
+    Args:
+        path: The model file.
+        root: The project root; the model's identity is its path relative to it.
+        text: The file's content, when already read.
+        registry: Keywords to accept (default: core plus installed plugins).
+
+    Raises:
+        ModelError: with file, line, column and a hint, for anything wrong in the file.
+
+    Example:
+        >>> spec = parse_model(Path("models/sales/orders.sql"), Path("."))  # doctest: +SKIP
+        >>> spec.strategy.kind
+        'merge'
+    """
+    reg = registry or default_registry()
+    try:
+        rel = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    if text is None:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ModelError(
+                f"the file is not UTF-8 text (byte {exc.start})",
+                location=Location(rel),
+                hint="save the model as UTF-8",
+            ) from None
+    if "\x00" in text:
+        raise ModelError("the file contains a NUL byte", location=Location(rel), hint="save the model as plain text")
+    header_lines, body_line = split_header(text)
+    header = Header(path=rel)
+    for line_no, line in header_lines:
+        ann = lex_line(line, rel, line_no)
+        if ann is None:
+            continue
+        kw = reg.keywords.get(ann.keyword)
+        if kw is None:
+            raise ann.error(
+                "unknown annotation keyword",
+                hint=choices_hint(ann.keyword, reg.keywords, "keyword"),
+            )
+        if ann.keyword in header.seen and not kw.repeatable:
+            first = header.seen[ann.keyword]
+            raise ann.error(f"given twice (first on line {first.line})", hint="keep one of the two lines")
+        header.seen.setdefault(ann.keyword, ann)
+        kw.handle(ann, header)
+
+    lines = text.splitlines()
+    body_text = "\n" * (body_line - 1) + "\n".join(lines[body_line - 1 :])
+    _reject_stray_annotations(lines, body_line, rel, reg)
+    statements = parse_body(body_text, rel)
+    try:
+        fields = header.resolve(Location(rel, body_line))
+    except ValidationError as exc:  # pragma: no cover - handlers validate first
+        raise ModelError(str(exc), location=Location(rel)) from None
+    if not statements:
+        raise SqlError(
+            "the model has no SQL statement",
+            location=Location(rel, body_line),
+            hint="write one SELECT after the header" if fields["materialized"] else "write the statements to run",
+        )
+    wrapped = fields["materialized"] is not None
+    if wrapped:
+        query = _single_query(statements, rel, body_text)
+        output = output_columns(query, rel, body_text)
+        upstreams = table_refs(query)
+    else:
+        output = None
+        refs: dict[str, TableRef] = {}
+        for st in statements:
+            for ref in table_refs(st.tree):
+                refs.setdefault(ref.key, ref)
+        upstreams = tuple(refs.values())
+    target = header.target or default_target(rel)
+    upstreams = tuple(u for u in upstreams if u.key != target.key)
+    _check_parameters(statements, fields, rel, body_text)
+    _check_column_refs(header, output, fields, rel)
+    try:
+        return ModelSpec(
+            path=rel,
+            name=target.name,
+            target=target,
+            sql=body_text,
+            body_line=body_line,
+            upstreams=upstreams,
+            output_columns=output,
+            **fields,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ModelError(f"invalid model: {first['msg']}", location=Location(rel)) from None
+
+
+def _reject_stray_annotations(lines: list[str], body_line: int, rel: str, reg: Registry) -> None:
+    """A full-line ``-- keyword ...`` comment after the header would be silently ignored: refuse it.
+
+    Words that are common in prose (``test``, ``column``, ``on``, ...) are flagged only when the
+    rest of the line reads like that annotation's arguments.
+    """
+    for i in range(body_line - 1, len(lines)):
+        stripped = lines[i].strip()
+        if not stripped.startswith("--"):
+            continue
+        words = stripped[2:].split()
+        if not words or words[0] not in reg.keywords or not _looks_like_annotation(words):
+            continue
+        raise AnnotationError(
+            f"annotation `-- {words[0]}` after the header would be ignored",
+            location=Location(rel, i + 1, lines[i].index("--") + 1, lines[i]),
+            hint="move it into the leading run of `--` lines (no blank line or SQL before it)",
+        )
+
+
+_UNAMBIGUOUS = {"materialized", "partitioned", "unique_key", "snapshot", "on_schema_change", "retry", "freshness"}
+
+
+def _looks_like_annotation(words: list[str]) -> bool:
+    kw, rest = words[0], words[1:]
+    if kw in _UNAMBIGUOUS:
+        return bool(rest)
+    if kw == "append":
+        return not rest
+    if kw == "test":
+        return bool(rest) and rest[0] in ("unique", "not_null", "accepted_values", "relationships",
+                                          "row_count", "expression", "sql")
+    if kw == "column":
+        return len(rest) >= 2 and rest[1].isupper()
+    if kw in ("target", "on"):
+        return len(rest) == 1 and "." in rest[0]
+    return False
+
+
+def _single_query(statements: tuple[Statement, ...], rel: str, body: str) -> exp.Expression:
+    if len(statements) > 1:
+        second = statements[1]
+        raise SqlError(
+            f"a wrapped model must hold exactly one SELECT, found {len(statements)} statements",
+            location=Location(rel, second.line, None, _line(body, second.line)),
+            hint="remove the extra statements, or drop `-- materialized` to make a literal model",
+        )
+    tree = statements[0].tree
+    if not isinstance(tree, QUERY_TYPES):
+        kind = tree.key.upper() if hasattr(tree, "key") else type(tree).__name__
+        raise SqlError(
+            f"a wrapped model's body must be a SELECT, not {kind}",
+            location=Location(rel, statements[0].line, None, _line(body, statements[0].line)),
+            hint="write only the SELECT; lakewrap writes the DDL/DML around it",
+        )
+    if has_positional_parameter(tree):
+        raise SqlError(
+            "positional parameters (`?`, `$1`) are not supported",
+            location=Location(rel, statements[0].line),
+            hint="use $partition_start, $partition_end or $partition_value",
+        )
+    return tree
+
+
+def _line(body: str, line: int) -> str | None:
+    lines = body.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else None
+
+
+def output_columns(query: exp.Expression, rel: str, body: str) -> tuple[str, ...] | None:
+    """The SELECT's output column names, or None when it selects ``*``."""
+    select = query
+    while isinstance(select, (exp.Union, exp.Intersect, exp.Except)):
+        select = select.left
+    if not isinstance(select, exp.Select):  # pragma: no cover - guarded by _single_query
+        return None
+    names: list[str] = []
+    for proj in select.expressions:
+        if isinstance(proj, exp.Star) or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star)):
+            return None
+        name = proj.alias_or_name
+        if not name:
+            snippet = proj.sql(dialect="duckdb")
+            raise SqlError(
+                f"the output column `{snippet}` has no name",
+                location=Location(rel, None),
+                hint=f"give it an alias: `{snippet} AS <name>`",
+            )
+        if name.lower() in (n.lower() for n in names):
+            raise SqlError(
+                f"the SELECT returns two columns named `{name}`",
+                location=Location(rel),
+                hint="give one of them a different alias",
+            )
+        names.append(name)
+    return tuple(names)
+
+
+def table_refs(tree: exp.Expression) -> tuple[TableRef, ...]:
+    """Tables a statement reads or writes, minus CTE names and table functions."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    refs: dict[str, TableRef] = {}
+    for table in tree.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier) or not table.name:
+            continue
+        if not table.db and table.name.lower() in ctes:
+            continue
+        ref = TableRef(schema_name=table.db or "main", name=table.name)
+        refs.setdefault(ref.key, ref)
+    return tuple(refs.values())
+
+
+def _check_parameters(statements: tuple[Statement, ...], fields: dict[str, object], rel: str, body: str) -> None:
+    used: set[str] = set()
+    for st in statements:
+        used |= parameters(st.tree)
+    unknown = sorted(used - set(PARTITION_PARAMETERS))
+    if unknown:
+        name = unknown[0]
+        raise SqlError(
+            f"unknown parameter `${name}`",
+            location=parameter_location(body, name, rel),
+            hint=choices_hint(name, PARTITION_PARAMETERS, "parameter").replace("`p", "`$p"),
+        )
+    if fields["partition"] is None and used:
+        name = sorted(used)[0]
+        raise SqlError(
+            f"`${name}` is used but the model has no `-- partitioned` line",
+            location=parameter_location(body, name, rel),
+            hint="add `-- partitioned daily key=<col>` (or another grain), or remove the parameter",
+        )
+
+
+def _check_column_refs(header: Header, output: tuple[str, ...] | None, fields: dict[str, object], rel: str) -> None:
+    contracts = [c.name for c in header.columns]
+    known = output if output is not None else (tuple(contracts) if contracts else None)
+    if output is not None and contracts:
+        lowered = {o.lower() for o in output}
+        for col in header.columns:
+            if col.name.lower() not in lowered:
+                ann_line = next(a for a in header.column_refs if a.role == "a column contract" and a.name == col.name)
+                raise ann_line.ann.error(
+                    f"contract column `{col.name}` is not returned by the SELECT",
+                    column=ann_line.arg.column,
+                    hint=choices_hint(col.name, output, "column"),
+                )
+        declared = {c.lower() for c in contracts}
+        missing = [o for o in output if o.lower() not in declared]
+        if missing:
+            first = header.seen["column"]
+            raise first.error(
+                f"the SELECT returns `{missing[0]}`, which no `-- column` contract declares",
+                hint=f"declare every output column (add `-- column {missing[0]} <type>`) or none",
+            )
+    if known is not None:
+        lowered_known = {k.lower() for k in known}
+        for ref in header.column_refs:
+            if ref.role == "a column contract" or ref.name.lower() in lowered_known:
+                continue
+            close = suggest(ref.name, known)
+            raise ref.ann.error(
+                f"{ref.role} names `{ref.name}`, which the SELECT does not return",
+                column=ref.arg.column,
+                hint=(f"did you mean `{close}`? " if close else "") + "output columns: " + ", ".join(known),
+            )
+        if fields["materialized"] == "snapshot":
+            for name in known:
+                if name.lower() in SCD2_COLUMNS:
+                    raise ModelError(
+                        f"a snapshot's SELECT cannot return `{name}`: lakewrap adds that column",
+                        location=Location(rel),
+                        hint="rename the column; lakewrap adds " + ", ".join(SCD2_COLUMNS[:3]),
+                    )

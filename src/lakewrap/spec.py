@@ -1,0 +1,222 @@
+"""The typed, frozen description of one model: what the header and the SQL say, nothing run yet.
+
+A :class:`ModelSpec` is produced by :mod:`lakewrap.parse` and consumed by :mod:`lakewrap.plan`.
+Strategies form a discriminated union on ``kind``; cross-field rules live in validators so that an
+impossible spec cannot be constructed, whoever builds it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lakewrap.partitions import Grain
+
+
+class Frozen(BaseModel):
+    """Base for every spec object: immutable, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TableRef(Frozen):
+    """A two-part table name, ``schema.name``, as written (case preserved)."""
+
+    schema_name: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.schema_name}.{self.name}"
+
+    @property
+    def key(self) -> str:
+        """Case-folded name used for lookups (DuckDB identifiers are case-insensitive)."""
+        return f"{self.schema_name.lower()}.{self.name.lower()}"
+
+
+# --- strategies -----------------------------------------------------------------------------------
+
+
+class TableStrategy(Frozen):
+    """Full rebuild: ``CREATE OR REPLACE TABLE ... AS``."""
+
+    kind: Literal["table"] = "table"
+
+
+class ViewStrategy(Frozen):
+    """A view over the SELECT."""
+
+    kind: Literal["view"] = "view"
+
+
+class DeleteInsertStrategy(Frozen):
+    """Replace one partition window: delete what is in it, insert the SELECT's rows."""
+
+    kind: Literal["delete+insert"] = "delete+insert"
+
+
+class MergeStrategy(Frozen):
+    """MERGE on a unique key; optional partition window limits the source."""
+
+    kind: Literal["merge"] = "merge"
+    unique_key: tuple[str, ...]
+    dedupe: Literal["error", "latest_by"] = "error"
+    dedupe_by: str | None = None
+    update_columns: tuple[str, ...] | None = None
+    exclude_columns: tuple[str, ...] = ()
+    predicate: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> MergeStrategy:
+        if not self.unique_key:
+            raise ValueError("unique_key needs at least one column")
+        if (self.dedupe == "latest_by") != (self.dedupe_by is not None):
+            raise ValueError("dedupe=latest_by(<col>) names exactly one ordering column")
+        if self.update_columns is not None and self.exclude_columns:
+            raise ValueError("update_columns and exclude_columns cannot be combined")
+        return self
+
+
+class AppendStrategy(Frozen):
+    """Insert only (not idempotent: a re-run inserts the rows again)."""
+
+    kind: Literal["append"] = "append"
+
+
+class SnapshotStrategy(Frozen):
+    """SCD2 history: close changed current versions, insert new ones."""
+
+    kind: Literal["snapshot"] = "snapshot"
+    strategy: Literal["timestamp", "check"]
+    unique_key: tuple[str, ...]
+    updated_at: str | None = None
+    check_cols: tuple[str, ...] | Literal["all"] | None = None
+    hard_deletes: Literal["ignore", "invalidate", "new_record"] = "ignore"
+
+    @model_validator(mode="after")
+    def _rules(self) -> SnapshotStrategy:
+        if not self.unique_key:
+            raise ValueError("unique_key needs at least one column")
+        if self.strategy == "timestamp" and self.updated_at is None:
+            raise ValueError("strategy=timestamp needs updated_at=<column>")
+        if self.strategy == "check" and self.check_cols is None:
+            raise ValueError("strategy=check needs check_cols=<col,...> (or check_cols=all)")
+        return self
+
+
+class LiteralStrategy(Frozen):
+    """A literal model: its statements run as written, in one transaction."""
+
+    kind: Literal["literal"] = "literal"
+
+
+Strategy = Annotated[
+    TableStrategy
+    | ViewStrategy
+    | DeleteInsertStrategy
+    | MergeStrategy
+    | AppendStrategy
+    | SnapshotStrategy
+    | LiteralStrategy,
+    Field(discriminator="kind"),
+]
+
+STRATEGY_KINDS = ("table", "view", "delete+insert", "merge", "append", "snapshot", "literal")
+
+
+# --- partitioning ---------------------------------------------------------------------------------
+
+
+class TimePartitioning(Frozen):
+    """Calendar partitions of ``key`` in time zone ``tz``."""
+
+    kind: Literal["time"] = "time"
+    grain: Grain
+    key: str
+    tz: str = "UTC"
+    start: str | None = None
+    lookback: int = Field(default=0, ge=0)
+
+
+class DynamicPartitioning(Frozen):
+    """Watermark window: ``(last recorded max(key), now]``."""
+
+    kind: Literal["dynamic"] = "dynamic"
+    key: str
+
+
+Partitioning = Annotated[TimePartitioning | DynamicPartitioning, Field(discriminator="kind")]
+
+
+# --- tests and contracts --------------------------------------------------------------------------
+
+
+class TestSpec(Frozen):
+    """One ``-- test`` annotation. ``args`` hold the kind-specific, validated arguments."""
+
+    __test__ = False  # not a pytest class
+
+    kind: str
+    severity: Literal["error", "warn"] = "error"
+    args: dict[str, Any] = Field(default_factory=dict)
+    line: int
+
+
+class ColumnSpec(Frozen):
+    """A ``-- column`` contract: name, DuckDB type, nullability, description."""
+
+    name: str
+    type: str
+    not_null: bool = False
+    description: str | None = None
+    line: int
+
+
+OnSchemaChange = Literal["fail", "append_new_columns", "sync_all_columns", "ignore"]
+
+
+class ModelSpec(Frozen):
+    """Everything a model file declares, validated. Produced by :func:`lakewrap.parse.parse_model`."""
+
+    path: str
+    name: str
+    target: TableRef
+    materialized: Literal["table", "view", "incremental", "snapshot"] | None
+    strategy: Strategy
+    partition: Partitioning | None = None
+    upstreams: tuple[TableRef, ...] = ()
+    declared_upstreams: tuple[TableRef, ...] = ()
+    tests: tuple[TestSpec, ...] = ()
+    columns: tuple[ColumnSpec, ...] = ()
+    on_schema_change: OnSchemaChange = "fail"
+    tags: tuple[str, ...] = ()
+    retry: int | None = Field(default=None, ge=0)
+    freshness_seconds: int | None = Field(default=None, gt=0)
+    description: str | None = None
+    sql: str
+    body_line: int
+    output_columns: tuple[str, ...] | None = None
+    extensions: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def wrapped(self) -> bool:
+        """Whether lakewrap writes the DDL/DML around the SELECT."""
+        return self.materialized is not None
+
+    @property
+    def all_upstreams(self) -> tuple[TableRef, ...]:
+        """Upstreams read from the SQL plus those declared with ``-- on``, without repeats."""
+        seen: dict[str, TableRef] = {}
+        for ref in (*self.upstreams, *self.declared_upstreams):
+            seen.setdefault(ref.key, ref)
+        return tuple(seen.values())
+
+    @property
+    def columns_known(self) -> tuple[str, ...] | None:
+        """Output columns from the SELECT list, else from ``-- column`` contracts, else None."""
+        if self.output_columns is not None:
+            return self.output_columns
+        if self.columns:
+            return tuple(c.name for c in self.columns)
+        return None
