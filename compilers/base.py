@@ -211,7 +211,10 @@ class Compiler:
                 .group_by(*(q.col(k) for k in keys))
                 .having(exp.GT(this=q.count_star(), expression=exp.Literal.number(1)))
             )
-            example = exp.Min(this=exp.func("concat_ws", q.string(", "), *(q.as_text(q.col(k)) for k in keys)))
+            example_parts: list[exp.Expression] = []
+            for i, k in enumerate(keys):
+                example_parts += ([q.string(", ")] if i else []) + [q.as_text(q.col(k))]
+            example = exp.Min(this=q.concat(example_parts))
             sel = exp.select().from_(grouped.subquery(q.ident("dupes")))
             msg = [q.as_text(q.count_star()),
                    q.string(f" unique_key ({label}) values occur more than once, e.g. ("), example, q.string(")")]

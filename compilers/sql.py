@@ -91,13 +91,17 @@ def fail_if(count_from: exp.Select, message: Sequence[exp.Expression]) -> exp.Se
     DuckDB's ``error()`` raises while the statement runs, so the guard fails loudly even when the
     compiled SQL is pasted into another client. ``message`` parts are concatenated.
     """
-    parts = [string("lakewrap guard: "), *message]
-    text: exp.Expression = parts[0]
-    for p in parts[1:]:
-        text = exp.DPipe(this=text, expression=p, safe=True)
-    raise_ = exp.Anonymous(this="error", expressions=[text])
+    raise_ = exp.Anonymous(this="error", expressions=[concat([string("lakewrap guard: "), *message])])
     case = exp.Case(ifs=[exp.If(this=exp.GT(this=count_star(), expression=exp.Literal.number(0)), true=raise_)])
     return count_from.select(case, copy=False)
+
+
+def concat(parts: Sequence[exp.Expression]) -> exp.Expression:
+    """``a || b || ...``."""
+    text = parts[0]
+    for p in parts[1:]:
+        text = exp.DPipe(this=text, expression=p, safe=True)
+    return text
 
 
 def count_star() -> exp.Count:
