@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from datetime import datetime, timezone
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,6 +48,17 @@ def handled(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def logical_time(text: str | None) -> datetime | None:
+    """Parse ``--now``; a naive time is taken as UTC."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise PlanError(f"--now `{text}` is not an ISO 8601 time", hint="write e.g. 2024-06-01T00:00:00Z") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
 project_option = click.option(
     "--project",
     "project",
@@ -70,11 +82,12 @@ def main(debug: bool) -> None:
 @click.option("--partition", help="Partition value for partitioned models (e.g. 2024-01-02).")
 @click.option("--format", "fmt", type=click.Choice(["sql", "json"]), default="sql", show_default=True)
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write target/cache/.")
+@click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @project_option
 @handled
 def compile_cmd(
     selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, fmt: str, no_cache: bool,
-    project: Path,
+    now: str | None, project: Path,
 ) -> None:
     """Print the exact statements a run would execute, per model, in dependency order.
 
@@ -87,7 +100,9 @@ def compile_cmd(
 
     if not project.is_dir():
         raise ConfigError(f"project folder `{project}` does not exist")
-    plans = compile_project(project, selectors, exclude=exclude, partition=partition, use_cache=not no_cache)
+    plans = compile_project(
+        project, selectors, exclude=exclude, partition=partition, now=logical_time(now), use_cache=not no_cache
+    )
     out = plans_json(plans) if fmt == "json" else plans_sql(plans)
     sys.stdout.write(out)
 
