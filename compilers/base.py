@@ -55,7 +55,7 @@ class Shape:
     """One statement under construction: role, AST and a note for the reader."""
 
     role: Role
-    node: exp.Expression
+    node: exp.Expr
     note: str | None = None
     text: str | None = None  # literal models: the statement exactly as written
 
@@ -137,10 +137,12 @@ class Compiler:
 
     # --- helpers ----------------------------------------------------------------------------------
 
-    def query(self, plan: Plan) -> exp.Expression:
+    def query(self, plan: Plan) -> exp.Query:
         """A fresh copy of the model's SELECT AST (parsed once per process)."""
         statements = parse_body(plan.model.sql, plan.model.path)
-        return statements[0].tree.copy()
+        tree = statements[0].tree.copy()
+        assert isinstance(tree, exp.Query)
+        return tree
 
     def target(self, plan: Plan) -> exp.Table:
         t = plan.model.target
@@ -159,7 +161,7 @@ class Compiler:
         t = plan.model.target
         return Shape("setup", exp.Create(this=exp.Table(db=q.ident(t.schema_name)), kind="SCHEMA", exists=True))
 
-    def stage(self, plan: Plan, select: exp.Expression) -> Shape:
+    def stage(self, plan: Plan, select: exp.Expr) -> Shape:
         node = exp.Create(
             this=q.table(None, STAGE),
             kind="TABLE",
@@ -176,13 +178,13 @@ class Compiler:
         src = q.table(None, STAGE)
         return exp.select().from_(q.aliased(src, alias) if alias else src)
 
-    def window_condition(self, plan: Plan, qualifier: str | None = None) -> exp.Expression:
+    def window_condition(self, plan: Plan, qualifier: str | None = None) -> exp.Expr:
         binding = plan.binding
         assert binding is not None and plan.model.partition is not None
         key = q.col(plan.model.partition.key, qualifier)
         if binding.kind == "time":
-            lo: exp.Expression = exp.GTE(this=key, expression=q.param("partition_start"))
-            hi: exp.Expression = exp.LT(this=key.copy(), expression=q.param("partition_end"))
+            lo: exp.Expr = exp.GTE(this=key, expression=q.param("partition_start"))
+            hi: exp.Expr = exp.LT(this=key.copy(), expression=q.param("partition_end"))
         else:
             lo = exp.GT(this=key, expression=q.param("partition_start"))
             hi = exp.LTE(this=key.copy(), expression=q.param("partition_end"))
@@ -211,7 +213,7 @@ class Compiler:
                 .group_by(*(q.col(k) for k in keys))
                 .having(exp.GT(this=q.count_star(), expression=exp.Literal.number(1)))
             )
-            example_parts: list[exp.Expression] = []
+            example_parts: list[exp.Expr] = []
             for i, k in enumerate(keys):
                 example_parts += ([q.string(", ")] if i else []) + [q.as_text(q.col(k))]
             example = exp.Min(this=q.concat(example_parts))
@@ -221,7 +223,7 @@ class Compiler:
             out.append(Shape("guard", q.fail_if(sel, msg), "refuse duplicate keys"))
         return out
 
-    def bootstrap(self, plan: Plan, source: exp.Expression) -> list[Shape]:
+    def bootstrap(self, plan: Plan, source: exp.Expr) -> list[Shape]:
         create = exp.Create(this=self.target(plan), kind="TABLE", exists=True, expression=source)
         out = [Shape("bootstrap", create, "first run: create the table from the result's schema")]
         part = plan.model.partition
@@ -238,11 +240,11 @@ class Compiler:
                              "physical layout by the partition key (no-op when unchanged)"))
         return out
 
-    def empty_of(self, select: exp.Expression) -> exp.Select:
+    def empty_of(self, select: exp.Query) -> exp.Select:
         """``SELECT * FROM (<select>) LIMIT 0``: the result's schema, no rows."""
         return exp.select(exp.Star()).from_(select.subquery(q.ident("result"))).limit(0)
 
-    def insert_by_name(self, plan: Plan, select: exp.Expression) -> exp.Insert:
+    def insert_by_name(self, plan: Plan, select: exp.Expr) -> exp.Insert:
         return exp.Insert(this=self.target(plan), expression=select, by_name=True)
 
     # --- strategies -------------------------------------------------------------------------------
@@ -261,7 +263,7 @@ class Compiler:
         node = exp.Create(this=self.target(plan), kind="VIEW", replace=True, expression=self.query(plan))
         return [self.setup(plan), Shape("write", node, "view over the SELECT")]
 
-    def staged(self, plan: Plan, select: exp.Expression | None = None) -> list[Shape]:
+    def staged(self, plan: Plan, select: exp.Expr | None = None) -> list[Shape]:
         shapes = [self.setup(plan), self.stage(plan, select if select is not None else self.query(plan))]
         if plan.binding is not None:
             shapes.append(self.guard_window(plan))
@@ -364,8 +366,8 @@ class Compiler:
             shapes.append(Shape("guard", q.fail_if(null_ts, [q.as_text(q.count_star()),
                                                              q.string(f" rows have a NULL {s.updated_at}")]),
                                 "refuse versions without a timestamp"))
-            valid_from: exp.Expression = q.col(s.updated_at, SOURCE)
-            empty_ts: exp.Expression = q.col(s.updated_at)
+            valid_from: exp.Expr = q.col(s.updated_at, SOURCE)
+            empty_ts: exp.Expr = q.col(s.updated_at)
         else:
             valid_from = q.param("run_timestamp")
             empty_ts = exp.cast(exp.Null(), exp.DataType.build("TIMESTAMPTZ"))
@@ -382,7 +384,7 @@ class Compiler:
         joined = exp.and_(q.keys_equal(keys, current, SOURCE), q.col("is_current", current))
         if s.strategy == "timestamp":
             assert s.updated_at is not None
-            changed: exp.Expression = exp.GT(this=q.col(s.updated_at, SOURCE), expression=q.col(s.updated_at, current))
+            changed: exp.Expr = exp.GT(this=q.col(s.updated_at, SOURCE), expression=q.col(s.updated_at, current))
         else:
             checked = columns if s.check_cols == "all" else s.check_cols
             assert checked is not None
@@ -418,7 +420,7 @@ class Compiler:
             gone = exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1))
                                            .from_(q.aliased(q.table(None, STAGE), SOURCE))
                                            .where(q.keys_equal(keys, SOURCE, TARGET))))
-            live = q.col("is_current", TARGET)
+            live: exp.Expr = q.col("is_current", TARGET)
             if s.hard_deletes == "new_record":
                 live = exp.and_(live, exp.Not(this=exp.func("coalesce", q.col("is_deleted", TARGET), exp.false())))
                 deleted = exp.select(*(q.col(c, TARGET) for c in columns)).from_(

@@ -16,12 +16,12 @@ from sqlglot.dialects.duckdb import DuckDB
 _DIALECT = DuckDB()
 
 
-def render(node: exp.Expression) -> str:
+def render(node: exp.Expr) -> str:
     """The single rendering of a statement: what is printed, logged, executed and golden."""
     return _DIALECT.generate(node, pretty=True)
 
 
-def command(keyword: str, *parts: exp.Expression | str) -> exp.Command:
+def command(keyword: str, *parts: exp.Expr | str) -> exp.Command:
     """A statement sqlglot's DuckDB dialect cannot express, built from rendered AST parts.
 
     sqlglot 30's DuckDB generator drops ``SET PARTITIONED BY`` from ``ALTER TABLE`` and only knows
@@ -34,7 +34,7 @@ def command(keyword: str, *parts: exp.Expression | str) -> exp.Command:
     return exp.Command(this=keyword, expression=exp.Literal.string(" " + tail))
 
 
-def set_partitioned_by(tbl: exp.Table, keys: Sequence[exp.Expression]) -> exp.Command:
+def set_partitioned_by(tbl: exp.Table, keys: Sequence[exp.Expr]) -> exp.Command:
     """``ALTER TABLE <tbl> SET PARTITIONED BY (<keys>)``."""
     return command("ALTER", "TABLE", tbl, "SET PARTITIONED BY", exp.Tuple(expressions=list(keys)))
 
@@ -70,22 +70,22 @@ def string(value: str) -> exp.Literal:
     return exp.Literal.string(value)
 
 
-def and_all(conditions: Iterable[exp.Expression]) -> exp.Expression:
+def and_all(conditions: Iterable[exp.Expr]) -> exp.Expr:
     conds = list(conditions)
     return exp.and_(*conds) if len(conds) > 1 else conds[0]
 
 
-def or_all(conditions: Iterable[exp.Expression]) -> exp.Expression:
+def or_all(conditions: Iterable[exp.Expr]) -> exp.Expr:
     conds = list(conditions)
     return exp.or_(*conds) if len(conds) > 1 else conds[0]
 
 
-def keys_equal(keys: Sequence[str], left: str, right: str) -> exp.Expression:
+def keys_equal(keys: Sequence[str], left: str, right: str) -> exp.Expr:
     """``left.k1 = right.k1 AND ...``."""
     return and_all(exp.EQ(this=col(k, left), expression=col(k, right)) for k in keys)
 
 
-def fail_if(count_from: exp.Select, message: Sequence[exp.Expression]) -> exp.Select:
+def fail_if(count_from: exp.Select, message: Sequence[exp.Expr]) -> exp.Select:
     """A guard: ``SELECT CASE WHEN count(*) > 0 THEN error(<message>) END FROM ...``.
 
     DuckDB's ``error()`` raises while the statement runs, so the guard fails loudly even when the
@@ -96,7 +96,7 @@ def fail_if(count_from: exp.Select, message: Sequence[exp.Expression]) -> exp.Se
     return count_from.select(case, copy=False)
 
 
-def concat(parts: Sequence[exp.Expression]) -> exp.Expression:
+def concat(parts: Sequence[exp.Expr]) -> exp.Expr:
     """``a || b || ...``."""
     text = parts[0]
     for p in parts[1:]:
@@ -108,6 +108,6 @@ def count_star() -> exp.Count:
     return exp.Count(this=exp.Star())
 
 
-def as_text(node: exp.Expression) -> exp.Expression:
+def as_text(node: exp.Expr) -> exp.Expr:
     """``CAST(node AS VARCHAR)``."""
     return exp.cast(node, exp.DataType.build("VARCHAR"))
