@@ -16,6 +16,7 @@ from lakewrap.plan import Param
 SCHEMA_VERSION = 1
 
 Role = Literal["setup", "stage", "guard", "bootstrap", "write", "cleanup", "literal"]
+Effect = Literal["insert", "delete", "update", "merge"]
 
 
 class _Out(BaseModel):
@@ -29,6 +30,7 @@ class CompiledStatement(_Out):
     sql: str
     params: dict[str, Param] = {}
     note: str | None = None
+    effect: Effect | None = None  # what a write's row count means
 
 
 class Window(_Out):

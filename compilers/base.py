@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Role, Window
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Effect, Role, Window
 from lakewrap.errors import Location, PlanError, UnsupportedError
 from lakewrap.plan import Plan
 from lakewrap.spec import (
@@ -34,6 +34,18 @@ DELETED = "__lakewrap_deleted"
 VALID_FROM = "__lakewrap_valid_from"
 TARGET = "target"
 SOURCE = "source"
+
+
+_EFFECTS: dict[type, Effect] = {exp.Insert: "insert", exp.Delete: "delete", exp.Update: "update", exp.Merge: "merge"}
+
+
+def _effect(shape: Shape) -> Effect | None:
+    """What the row count a write returns means (a CTAS counts the rows it inserted)."""
+    if shape.role != "write":
+        return None
+    if isinstance(shape.node, exp.Create):
+        return "insert" if shape.node.args.get("kind") == "TABLE" else None
+    return _EFFECTS.get(type(shape.node))
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,7 @@ class Compiler:
                     sql=text,
                     params={k: available[k] for k in sorted(used) if k in available},
                     note=shape.note,
+                    effect=_effect(shape),
                 )
             )
         stmts = tuple(statements)
@@ -108,6 +121,13 @@ class Compiler:
             statements=stmts,
             sql_sha256=CompiledPlan.digest(stmts),
         )
+
+    def probe(self, plan: Plan) -> CompiledStatement:
+        """``SELECT * FROM (<model SELECT>) LIMIT 0``: lets the executor read a ``SELECT *`` model's columns."""
+        node = self.empty_of(self.query(plan))
+        available = plan.params()
+        return CompiledStatement(role="stage", sql=q.render(node),
+                                 params={k: available[k] for k in sorted(parameters(node)) if k in available})
 
     # --- dispatch ---------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ Each command parses its options, calls one library function and prints. One hand
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -59,6 +60,12 @@ def logical_time(text: str | None) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+
 project_option = click.option(
     "--project",
     "project",
@@ -105,6 +112,150 @@ def compile_cmd(
     )
     out = plans_json(plans) if fmt == "json" else plans_sql(plans)
     sys.stdout.write(out)
+
+
+def _emit_run(report: Any, fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"run {report.run_id}", title_justify="left")
+        for col in ("model", "partition", "status", "inserted", "updated", "deleted", "snapshot", "seconds"):
+            table.add_column(col, justify="right" if col in ("inserted", "updated", "deleted", "seconds") else "left")
+        for r in report.results:
+            style = {"success": "green", "unchanged": "cyan", "failed": "red", "skipped": "yellow"}[r.status]
+            table.add_row(r.target, r.partition or "-", f"[{style}]{r.status}[/]", str(r.rows_inserted),
+                          str(r.rows_updated), str(r.rows_deleted),
+                          str(r.snapshot_id) if r.snapshot_id is not None else "-", f"{r.seconds:.2f}")
+        console = _console()
+        console.print(table)
+        for r in report.results:
+            for w in r.warnings:
+                console.print(f"[yellow]warning:[/] {r.target} {r.partition or ''}: {w}")
+            if r.error:
+                Console(stderr=True, highlight=False, soft_wrap=True).print(
+                    f"[bold red]error:[/] {r.target}: {r.error}", markup=True)
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.command("run")
+@click.argument("selectors", nargs=-1)
+@click.option("--exclude", multiple=True, help="Selectors to leave out.")
+@click.option("--partition", help="Partition value (default: the latest complete partition).")
+@click.option("--start", help="First partition of a range (inclusive).")
+@click.option("--end", help="Last partition of a range (inclusive).")
+@click.option("--full-refresh", is_flag=True, help="Drop and rebuild the selected targets.")
+@click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
+@click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@project_option
+@handled
+def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
+            end: str | None, full_refresh: bool, strict: bool, now: str | None, fmt: str, project: Path) -> None:
+    """Materialize the selected models in dependency order, one transaction per partition."""
+    from lakewrap.runner import run_project
+
+    report = run_project(project, selectors, exclude=exclude, partition=partition, start=start, end=end,
+                         full_refresh=full_refresh, strict=strict, now=logical_time(now))
+    _emit_run(report, fmt)
+
+
+@main.command("seed")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@project_option
+@handled
+def seed_cmd(fmt: str, project: Path) -> None:
+    """Load seeds/**/*.csv into tables (seeds/raw/orders.csv -> raw.orders), one transaction each."""
+    from lakewrap.runner import seed_project
+
+    _emit_run(seed_project(project), fmt)
+
+
+@main.command("query")
+@click.argument("statement")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@project_option
+@handled
+def query_cmd(statement: str, fmt: str, project: Path) -> None:
+    """Run one read-only SELECT against the lake."""
+    from lakewrap.inspect import query
+
+    result = query(project, statement)
+    if fmt == "json":
+        rows = [dict(zip(result.columns, row)) for row in result.rows]
+        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(result.columns)
+        writer.writerows(result.rows)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table()
+        for col in result.columns:
+            table.add_column(col)
+        for row in result.rows:
+            table.add_row(*("NULL" if v is None else str(v) for v in row))
+        _console().print(table)
+
+
+@main.command("status")
+@click.argument("selectors", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@project_option
+@handled
+def status_cmd(selectors: tuple[str, ...], fmt: str, project: Path) -> None:
+    """Per model: materialized partitions, gaps, last run, failures since the last success."""
+    from lakewrap.inspect import status
+
+    rows = status(project, selectors)
+    if fmt == "json":
+        sys.stdout.write(json.dumps([r.to_dict() for r in rows], indent=2, default=str) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in ("model", "strategy", "partitions", "gaps", "last run", "failures"):
+        table.add_column(col)
+    for r in rows:
+        parts = f"{len(r.partitions)} ({r.partitions[0]} .. {r.partitions[-1]})" if len(r.partitions) > 1 else (
+            r.partitions[0] if r.partitions else ("-" if r.last_run is None else "whole table"))
+        gaps = f"{len(r.gaps)}: " + ", ".join(r.gaps[:3]) + (" ..." if len(r.gaps) > 3 else "") if r.gaps else "-"
+        table.add_row(r.target, r.strategy, parts, gaps, r.last_run or "never", str(len(r.failures)) or "-")
+    _console().print(table)
+
+
+@main.command("history")
+@click.argument("model")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@project_option
+@handled
+def history_cmd(model: str, fmt: str, project: Path) -> None:
+    """The materializations of MODEL with snapshot ids, row counts and SQL hashes."""
+    from lakewrap.inspect import history
+
+    rows = history(project, model)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in ("snapshot", "run", "partition", "strategy", "+rows", "~rows", "-rows", "sql_sha256", "committed"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["snapshot_id"]), r["run_id"], r["partition"] or "-", r["strategy"],
+                      str(r["rows_inserted"]), str(r["rows_updated"]), str(r["rows_deleted"]),
+                      r["sql_sha256"][:12], r["committed_at"])
+    _console().print(table)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,6 +25,8 @@ from lakewrap.project import Project, discover
 from lakewrap.spec import ModelSpec, TimePartitioning
 
 CACHE_FILE = Path("target") / "cache" / "compile-v1.json"
+# Bump when a change alters compiled output or the cached shape without a version change.
+CACHE_FORMAT = 2
 
 
 @dataclass
@@ -40,7 +42,7 @@ class _Cache:
         path = root / CACHE_FILE
         try:
             data = json.loads(path.read_text())
-            if data.get("version") != __version__:
+            if data.get("version") != __version__ or data.get("format") != CACHE_FORMAT:
                 raise ValueError
             entries = data["entries"]
         except (OSError, ValueError, KeyError, TypeError):
@@ -53,7 +55,7 @@ class _Cache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"version": __version__, "entries": self.entries}))
+            tmp.write_text(json.dumps({"version": __version__, "format": CACHE_FORMAT, "entries": self.entries}))
             os.replace(tmp, self.path)
         except OSError:
             pass  # a read-only project still compiles; it just stays cold
@@ -134,7 +136,7 @@ def _rebind(compiled: CompiledPlan, plan: Plan) -> CompiledPlan:
     """Attach this plan's parameter values and window to cached statements."""
     available = plan.params()
     statements = tuple(
-        CompiledStatement(role=s.role, sql=s.sql, note=s.note, params={k: available[k] for k in s.params})
+        s.model_copy(update={"params": {k: available[k] for k in s.params}})
         for s in compiled.statements
     )
     b = plan.binding

@@ -1,0 +1,234 @@
+"""SQL around the materializations: loading extensions, attaching a lake, lakewrap's state tables,
+commit messages and the executor's read-back queries.
+
+Like every compiler module this only builds ASTs and renders them; the executor runs them. Values
+(run ids, messages, JSON) are bound parameters. Paths and option values that DuckDB accepts only as
+literals (``LOAD``, ``ATTACH``) are string literals escaped by sqlglot, never credentials.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from lakewrap.compilers import sql as q
+
+BEGIN = "BEGIN TRANSACTION"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
+
+STATE_SCHEMA = "lakewrap"
+MATERIALIZATIONS = "materializations"
+COMPILED_SQL = "compiled_sql"
+
+
+def load_extension(path_or_name: str, *, is_path: bool) -> str:
+    """``LOAD '<path>'`` (a wheel's binary) or ``LOAD name``."""
+    arg: exp.Expr | str = exp.Literal.string(path_or_name) if is_path else q.ident(path_or_name).name
+    return q.render(q.command("LOAD", arg))
+
+
+def install_extension(name: str) -> str:
+    return q.render(q.command("INSTALL", name))
+
+
+def attach_ducklake(catalog: str, alias: str, data_path: str, options: dict[str, int | str | bool]) -> str:
+    """``ATTACH 'ducklake:<catalog>' AS alias (DATA_PATH '...', ...)``."""
+    opts = [("DATA_PATH", exp.Literal.string(data_path))]
+    for key, value in options.items():
+        lit = (exp.Literal.number(value) if isinstance(value, int) and not isinstance(value, bool)
+               else exp.Boolean(this=value) if isinstance(value, bool) else exp.Literal.string(str(value)))
+        opts.append((key.upper(), lit))
+    rendered = ", ".join(f"{k} {q.render(v)}" for k, v in opts)
+    return q.render(q.command("ATTACH", exp.Literal.string(f"ducklake:{catalog}"), "AS", q.ident(alias),
+                              f"({rendered})"))
+
+
+def use(alias: str) -> str:
+    return q.render(exp.Use(this=exp.Table(this=q.ident(alias))))
+
+
+def set_option(name: str, value: str) -> str:
+    """``SET name = 'value'`` for a session setting (names are fixed by lakewrap)."""
+    return q.render(exp.Set(expressions=[exp.SetItem(this=exp.EQ(this=exp.column(name),
+                                                                 expression=exp.Literal.string(value)))]))
+
+
+def state_ddl() -> list[str]:
+    """Create lakewrap's schema and tables in the lake if they are missing."""
+    def table(name: str, columns: list[tuple[str, str]]) -> str:
+        schema = exp.Schema(
+            this=q.table(STATE_SCHEMA, name),
+            expressions=[exp.ColumnDef(this=q.ident(c), kind=exp.DataType.build(t)) for c, t in columns],
+        )
+        return q.render(exp.Create(this=schema, kind="TABLE", exists=True))
+
+    return [
+        q.render(exp.Create(this=exp.Table(db=q.ident(STATE_SCHEMA)), kind="SCHEMA", exists=True)),
+        table(MATERIALIZATIONS, [
+            ("run_id", "VARCHAR"), ("model", "VARCHAR"), ("target", "VARCHAR"), ("partition_value", "VARCHAR"),
+            ("window_start", "TIMESTAMPTZ"), ("window_end", "TIMESTAMPTZ"), ("strategy", "VARCHAR"),
+            ("rows_inserted", "BIGINT"), ("rows_updated", "BIGINT"), ("rows_deleted", "BIGINT"),
+            ("sql_sha256", "VARCHAR"), ("pins", "VARCHAR"), ("watermark", "TIMESTAMPTZ"),
+            ("started_at", "TIMESTAMPTZ"), ("committed_at", "TIMESTAMPTZ"), ("attempt", "INTEGER"),
+            ("lakewrap_version", "VARCHAR"),
+        ]),
+        table(COMPILED_SQL, [("sql_sha256", "VARCHAR"), ("statements", "VARCHAR")]),
+    ]
+
+
+def fence_table(target: str) -> exp.Table:
+    """The per-model fence table, ``lakewrap."fence:<schema.name>"``.
+
+    DuckLake detects conflicts per table, and two writers of the same *new* partition both commit
+    (their DELETEs remove nothing). Every materialization updates its model's fence row, so any two
+    concurrent writers of one model conflict and one retries; writers of other models do not.
+    """
+    return q.table(STATE_SCHEMA, f"fence:{target}")
+
+
+def fence_ddl(target: str) -> list[str]:
+    """Create the fence table and its single row (run outside the materialization's transaction)."""
+    tbl = fence_table(target)
+    create = exp.Create(
+        this=exp.Schema(this=tbl, expressions=[
+            exp.ColumnDef(this=q.ident("run_id"), kind=exp.DataType.build("VARCHAR")),
+            exp.ColumnDef(this=q.ident("updated_at"), kind=exp.DataType.build("TIMESTAMPTZ")),
+        ]),
+        kind="TABLE", exists=True,
+    )
+    seed = exp.insert(
+        exp.select(exp.Literal.string(""), exp.func("now")).where(
+            exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1)).from_(tbl.copy())))),
+        tbl.copy(),
+    )
+    return [q.render(create), q.render(seed)]
+
+
+def fence_update(target: str) -> str:
+    """``UPDATE fence SET run_id = $run_id, updated_at = now()``: the conflict point."""
+    return q.render(exp.Update(
+        this=fence_table(target),
+        expressions=[exp.EQ(this=q.col("run_id"), expression=q.param("run_id")),
+                     exp.EQ(this=q.col("updated_at"), expression=exp.func("now"))],
+    ))
+
+
+def insert_materialization() -> str:
+    cols = ["run_id", "model", "target", "partition_value", "window_start", "window_end", "strategy",
+            "rows_inserted", "rows_updated", "rows_deleted", "sql_sha256", "pins", "watermark", "started_at",
+            "committed_at", "attempt", "lakewrap_version"]
+    values = [exp.func("now") if c == "committed_at" else q.param(c) for c in cols]
+    return q.render(exp.insert(exp.select(*values), q.table(STATE_SCHEMA, MATERIALIZATIONS),
+                               columns=[q.ident(c) for c in cols]))
+
+
+def insert_compiled_sql() -> str:
+    """Store a plan's statements once per sql_sha256."""
+    tbl = q.table(STATE_SCHEMA, COMPILED_SQL)
+    missing = exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1)).from_(tbl.copy()).where(
+        exp.EQ(this=q.col("sql_sha256"), expression=q.param("sql_sha256")))))
+    return q.render(exp.insert(exp.select(q.param("sql_sha256"), q.param("statements")).where(missing), tbl,
+                               columns=[q.ident("sql_sha256"), q.ident("statements")]))
+
+
+def set_commit_message(alias: str) -> str:
+    """``CALL <alias>.set_commit_message($author, $message, extra_info => $extra_info)``."""
+    call = exp.Anonymous(this="set_commit_message", expressions=[
+        q.param("author"), q.param("message"),
+        exp.Kwarg(this=exp.var("extra_info"), expression=q.param("extra_info")),
+    ])
+    return q.render(q.command("CALL", exp.Dot(this=q.ident(alias), expression=call)))
+
+
+def current_snapshot(alias: str) -> str:
+    return q.render(exp.select(exp.column("id")).from_(
+        exp.Table(this=exp.Anonymous(this="current_snapshot"), db=q.ident(alias))))
+
+
+def last_committed_snapshot(alias: str) -> str:
+    return q.render(exp.select(exp.column("id")).from_(
+        exp.Table(this=exp.Anonymous(this="last_committed_snapshot"), db=q.ident(alias))))
+
+
+def count_rows(schema: str | None, name: str) -> str:
+    return q.render(exp.select(q.count_star()).from_(q.table(schema, name)))
+
+
+def table_exists() -> str:
+    """Whether ``$schema.$name`` exists in the current database."""
+    return q.render(exp.select(q.count_star()).from_("information_schema.tables").where(exp.and_(
+        exp.EQ(this=exp.column("table_catalog"), expression=exp.func("current_database")),
+        exp.EQ(this=exp.column("table_schema"), expression=q.param("schema")),
+        exp.EQ(this=exp.column("table_name"), expression=q.param("name")),
+    )))
+
+
+def drop_table(schema: str, name: str) -> str:
+    return q.render(exp.Drop(tables=[q.table(schema, name)], kind="TABLE", exists=True))
+
+
+def seed_table(schema: str, name: str) -> tuple[str, str]:
+    """(create schema, replace table): a seed table from a CSV (the path is the parameter ``$path``)."""
+    read = exp.Anonymous(this="read_csv", expressions=[
+        q.param("path"), exp.EQ(this=exp.column("header"), expression=exp.true()),
+    ])
+    create = exp.Create(this=q.table(schema, name), kind="TABLE", replace=True,
+                        expression=exp.select(exp.Star()).from_(exp.Table(this=read)))
+    return q.render(exp.Create(this=exp.Table(db=q.ident(schema)), kind="SCHEMA", exists=True)), q.render(create)
+
+
+def describe_query(query: str) -> str:
+    """``DESCRIBE <query>`` for a model's SELECT text (used to learn ``SELECT *`` columns)."""
+    return q.render(q.command("DESCRIBE", query))
+
+
+def create_s3_secret(options: dict[str, str | bool]) -> str:
+    """``CREATE OR REPLACE SECRET lakewrap_s3 (TYPE s3, ...)``.
+
+    DuckDB accepts secret options only as literals, so this one statement carries credentials: the
+    executor never logs it and redacts its values from every error message.
+    """
+    parts = ["TYPE s3"]
+    for key, value in options.items():
+        lit = exp.Boolean(this=value) if isinstance(value, bool) else exp.Literal.string(value)
+        parts.append(f"{key.upper()} {q.render(lit)}")
+    return q.render(q.command("CREATE", "OR REPLACE SECRET", q.ident("lakewrap_s3"), f"({', '.join(parts)})"))
+
+
+def last_watermark() -> str:
+    """The latest recorded watermark of ``$target`` (dynamic partitions)."""
+    return q.render(exp.select(exp.Max(this=q.col("watermark"))).from_(q.table(STATE_SCHEMA, MATERIALIZATIONS))
+                    .where(exp.EQ(this=q.col("target"), expression=q.param("target"))))
+
+
+def _constant(text: str) -> str:
+    """A fixed read-back query (no names or values from outside), parsed and rendered once."""
+    import sqlglot
+
+    return q.render(sqlglot.parse_one(text, read="duckdb"))
+
+
+def materialized_partitions() -> str:
+    return _constant(
+        "SELECT partition_value, run_id, committed_at FROM lakewrap.materializations WHERE target = $target"
+    )
+
+
+def history(alias: str) -> str:
+    """Materializations of ``$target`` joined to the DuckLake snapshot that committed each one."""
+    import sqlglot
+
+    tree = sqlglot.parse_one(
+        "SELECT s.snapshot_id, m.run_id, m.partition_value, m.strategy, m.rows_inserted, m.rows_updated, "
+        "m.rows_deleted, m.sql_sha256, m.committed_at, m.pins "
+        "FROM lakewrap.materializations AS m LEFT JOIN snapshots() AS s "
+        "ON json_extract_string(s.commit_extra_info, '$.run_id') = m.run_id "
+        "AND json_extract_string(s.commit_extra_info, '$.target') = m.target "
+        "AND coalesce(json_extract_string(s.commit_extra_info, '$.partition'), '') = coalesce(m.partition_value, '') "
+        "WHERE m.target = $target ORDER BY m.committed_at DESC",
+        read="duckdb",
+    )
+    for tbl in tree.find_all(exp.Table):
+        if isinstance(tbl.this, exp.Anonymous) and tbl.this.name == "snapshots":
+            tbl.set("db", q.ident(alias))
+    return q.render(tree)

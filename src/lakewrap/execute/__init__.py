@@ -1,0 +1,1 @@
+"""Running compiled plans against real lakes: connections, the transaction protocol, state."""

@@ -1,0 +1,246 @@
+"""One materialization = one transaction = one DuckLake snapshot, with its state in the same commit.
+
+The protocol follows what was measured on DuckDB/DuckLake 1.5.5 (DESIGN §5):
+
+* ``BEGIN``, each statement, ``COMMIT`` are separate ``execute()`` calls (a multi-statement string
+  is not atomic);
+* on any exception: ``ROLLBACK``, never ``COMMIT`` (DuckDB commits the statements before a
+  binder error if asked to);
+* data, lakewrap's state rows, the per-model fence row and the commit message with ``extra_info``
+  are written in the same transaction, so state can never disagree with data;
+* conflicts are retried as a whole transaction with capped, jittered exponential backoff, and
+  only errors classified retryable are retried.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from lakewrap import __version__
+from lakewrap.compilers import lake as sql
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
+from lakewrap.compilers.base import STAGE
+from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
+from lakewrap.execute.lake import Lake
+from lakewrap.execute.log import StatementLog
+
+Status = Literal["success", "unchanged", "failed", "skipped"]
+
+# Error texts DuckLake 1.5.5 gives for a concurrent commit; retrying the whole transaction succeeds.
+RETRYABLE = (
+    "Transaction conflict",
+    "Failed to commit DuckLake transaction",
+    "database is locked",
+    "Conflict_409",
+    "CommitFailedException",
+    "ducklake_snapshot_pkey",
+    "could not serialize access",
+)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether re-running the whole transaction may succeed (a conflict or a busy catalog)."""
+    if isinstance(exc, TransientExecutionError):
+        return True
+    text = str(exc)
+    return any(marker in text for marker in RETRYABLE)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Capped, jittered exponential backoff for retryable errors."""
+
+    attempts: int = 10
+    base: float = 0.05
+    cap: float = 2.0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return float(rng.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1))))
+
+
+@dataclass
+class Result:
+    """What one materialization did."""
+
+    model: str
+    target: str
+    partition: str | None
+    strategy: str
+    status: Status
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    snapshot_id: int | None = None
+    seconds: float = 0.0
+    attempts: int = 0
+    sql_sha256: str = ""
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    error_class: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class StrictRefusal(ExecutionError):
+    """``--strict`` refused a materialization (e.g. an empty result for a partition with data)."""
+
+
+@dataclass
+class Executor:
+    """Runs compiled plans on one lake, for one run id."""
+
+    lake: Lake
+    run_id: str
+    log_dir: Path
+    policy: RetryPolicy = RetryPolicy()
+    strict: bool = False
+    rng: random.Random = field(default_factory=random.Random)
+    sleep: Callable[[float], None] = time.sleep
+    fences: set[str] = field(default_factory=set)
+
+    def materialize(self, con: Any, compiled: CompiledPlan, *, drop_first: bool = False) -> Result:
+        """Execute ``compiled`` in one transaction, retrying conflicts; never raises for data errors.
+
+        A failure is returned as a ``failed`` :class:`Result` (with the redacted error); the
+        transaction is rolled back and nothing is written.
+        """
+        started = time.perf_counter()
+        window = compiled.window
+        result = Result(model=compiled.path, target=compiled.target, partition=window.value if window else None,
+                        strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
+        log = StatementLog(self.log_dir, compiled, self.lake.redact)
+        try:
+            self._ensure_fence(con, compiled.target, log)
+            for attempt in range(1, self.policy.attempts + 1):
+                result.attempts = attempt
+                try:
+                    self._attempt(con, compiled, result, log, attempt, drop_first)
+                    break
+                except Exception as exc:
+                    self._rollback(con, log)
+                    if not is_retryable(exc) or attempt == self.policy.attempts:
+                        raise
+                    delay = self.policy.delay(attempt, self.rng)
+                    log.note(f"attempt {attempt} conflicted; retrying in {delay:.3f}s: {exc}")
+                    self.sleep(delay)
+        except LakewrapError as exc:
+            result.error, result.error_class = self.lake.redact(exc.render()), type(exc).__name__
+        except Exception as exc:  # a DuckDB error: report it, classified, with the model's path
+            result.error = self.lake.redact(f"{compiled.path}: {str(exc).strip()}")
+            result.error_class = "RetryableError" if is_retryable(exc) else type(exc).__name__
+        finally:
+            result.seconds = time.perf_counter() - started
+            log.close(result.status, result.error)
+        return result
+
+    # --- one attempt ----------------------------------------------------------------------------
+
+    def _attempt(self, con: Any, compiled: CompiledPlan, result: Result, log: StatementLog, attempt: int,
+                 drop_first: bool) -> None:
+        inserted = updated = deleted = 0
+        stage_rows: int | None = None
+        started_at = datetime.now(timezone.utc)
+        log.run(con, sql.BEGIN)
+        pin = log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0]
+        if drop_first:
+            schema, name = compiled.target.split(".", 1)
+            log.run(con, sql.drop_table(schema, name))
+        for st in compiled.statements:
+            if st.effect == "merge":
+                before = self._count(con, compiled.target, log)
+            cursor = self._execute(con, st, log)
+            if st.role == "stage" and stage_rows is None:  # the first stage holds the SELECT's rows
+                stage_rows = log.run(con, sql.count_rows(None, STAGE)).fetchone()[0]
+            if st.effect is None:
+                continue
+            n = int(cursor.fetchone()[0])
+            match st.effect:
+                case "insert":
+                    inserted += n
+                case "delete":
+                    deleted += n
+                case "update":
+                    updated += n
+                case "merge":
+                    grown = self._count(con, compiled.target, log) - before
+                    inserted += grown
+                    updated += n - grown
+        result.rows_inserted, result.rows_updated, result.rows_deleted = inserted, updated, deleted
+        if compiled.strategy == "snapshot" and inserted == updated == deleted == 0:
+            log.run(con, sql.ROLLBACK)
+            result.status = "unchanged"
+            return
+        if stage_rows == 0 and deleted > 0:
+            warning = f"the result is empty but the partition had {deleted} rows; they were removed"
+            if self.strict:
+                raise StrictRefusal(f"{compiled.path}: {warning}",
+                                    hint="check the model's source; run without --strict to accept")
+            result.warnings.append(warning)
+        watermark = None
+        if (window := compiled.window) and window.kind == "dynamic":
+            watermark = datetime.fromisoformat(window.end)
+        pins = {"snapshot": pin}
+        log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id})
+        log.run(con, sql.insert_materialization(), {
+            "run_id": self.run_id, "model": compiled.path, "target": compiled.target,
+            "partition_value": result.partition,
+            "window_start": datetime.fromisoformat(window.start) if window else None,
+            "window_end": datetime.fromisoformat(window.end) if window else None,
+            "strategy": compiled.strategy, "rows_inserted": inserted, "rows_updated": updated,
+            "rows_deleted": deleted, "sql_sha256": compiled.sql_sha256, "pins": json.dumps(pins),
+            "watermark": watermark, "started_at": started_at, "attempt": attempt, "lakewrap_version": __version__,
+        })
+        log.run(con, sql.insert_compiled_sql(), {
+            "sql_sha256": compiled.sql_sha256,
+            "statements": json.dumps([s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements]),
+        })
+        extra = {"run_id": self.run_id, "model": compiled.path, "target": compiled.target,
+                 "partition": result.partition, "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
+                 "pins": pins, "lakewrap_version": __version__}
+        message = f"lakewrap {compiled.strategy} {compiled.target}" + (
+            f" partition {result.partition}" if result.partition else "")
+        log.run(con, sql.set_commit_message(self.lake.alias),
+                {"author": "lakewrap", "message": message, "extra_info": json.dumps(extra)})
+        log.run(con, sql.COMMIT)
+        result.snapshot_id = int(log.run(con, sql.last_committed_snapshot(self.lake.alias)).fetchone()[0])
+        result.status = "success"
+
+    def _execute(self, con: Any, st: CompiledStatement, log: StatementLog) -> Any:
+        params = {k: v.python() for k, v in st.params.items()}
+        return log.run(con, st.sql, params or None, role=st.role)
+
+    def _count(self, con: Any, target: str, log: StatementLog) -> int:
+        schema, name = target.split(".", 1)
+        return int(log.run(con, sql.count_rows(schema, name)).fetchone()[0])
+
+    def _rollback(self, con: Any, log: StatementLog) -> None:
+        try:
+            log.run(con, sql.ROLLBACK)
+        except Exception as exc:  # no transaction open (it failed before BEGIN took): nothing to undo
+            log.note(f"rollback: {exc}")
+
+    def _ensure_fence(self, con: Any, target: str, log: StatementLog) -> None:
+        """Create the model's fence row once, in its own transaction (retried on conflicts)."""
+        if target in self.fences:
+            return
+        for attempt in range(1, self.policy.attempts + 1):
+            try:
+                log.run(con, sql.BEGIN)
+                for stmt in sql.fence_ddl(target):
+                    log.run(con, stmt)
+                log.run(con, sql.COMMIT)
+                break
+            except Exception as exc:
+                self._rollback(con, log)
+                if not is_retryable(exc) or attempt == self.policy.attempts:
+                    raise
+                self.sleep(self.policy.delay(attempt, self.rng))
+        self.fences.add(target)

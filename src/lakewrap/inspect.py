@@ -1,0 +1,169 @@
+"""Read-only views of a lake: ``query``, ``status`` and ``history``.
+
+Everything here reads what the lake itself recorded (lakewrap's state tables and DuckLake's
+snapshots); nothing is kept in a side file that could disagree with the data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from lakewrap.compile import load_project
+from lakewrap.compilers import lake as sql
+from lakewrap.errors import ExecutionError, PlanError
+from lakewrap.execute.lake import Lake
+from lakewrap.partitions import Grain, latest_complete, parse_partition, partition_range
+from lakewrap.spec import TimePartitioning
+
+READ_ONLY_STATEMENTS = (exp.Query, exp.Describe, exp.Show, exp.Pragma)
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+def check_read_only(text: str) -> None:
+    """Refuse anything but one SELECT (or DESCRIBE/SHOW) before it reaches DuckDB."""
+    try:
+        trees = [t for t in sqlglot.parse(text, read="duckdb") if t is not None]
+    except sqlglot.errors.ParseError as exc:
+        raise PlanError(f"cannot parse the query: {str(exc).splitlines()[0]}") from None
+    if len(trees) != 1:
+        raise PlanError(f"`lakewrap query` runs exactly one statement, got {len(trees)}",
+                        hint="run one SELECT at a time")
+    if not isinstance(trees[0], READ_ONLY_STATEMENTS) or isinstance(trees[0], exp.Pragma):
+        raise PlanError("`lakewrap query` is read-only: give a SELECT",
+                        hint="models change tables; write one and use `lakewrap run`")
+
+
+def query(root: Path, text: str) -> QueryResult:
+    """Run one read-only SELECT against the lake (two-part names resolve in the lake)."""
+    check_read_only(text)
+    lake = Lake.open(root.resolve(), read_only=True)
+    con = lake.connect()
+    try:
+        cursor = con.execute(text)
+        return QueryResult([d[0] for d in cursor.description], cursor.fetchall())
+    except Exception as exc:
+        raise ExecutionError(lake.redact(str(exc)).strip()) from None
+    finally:
+        con.close()
+
+
+def query_arrow(root: Path, text: str) -> Any:
+    """The same as :func:`query`, as a pyarrow Table."""
+    check_read_only(text)
+    lake = Lake.open(root.resolve(), read_only=True)
+    con = lake.connect()
+    try:
+        return con.execute(text).fetch_arrow_table()
+    except Exception as exc:
+        raise ExecutionError(lake.redact(str(exc)).strip()) from None
+    finally:
+        con.close()
+
+
+@dataclass
+class ModelStatus:
+    model: str
+    target: str
+    strategy: str
+    partitions: list[str] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+    last_run: str | None = None
+    last_committed_at: str | None = None
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _state_rows(con: Any, statement: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    try:
+        return list(con.execute(statement, params).fetchall() if params else con.execute(statement).fetchall())
+    except Exception as exc:
+        if "does not exist" in str(exc):
+            return []  # nothing has run yet
+        raise
+
+
+def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = None) -> list[ModelStatus]:
+    """Per model: materialized partitions, gaps, the last run, failures since the last success."""
+    root = root.resolve()
+    now = now or datetime.now(timezone.utc)
+    project = load_project(root, None)
+    lake = Lake.open(root, read_only=True)
+    con = lake.connect()
+    out: list[ModelStatus] = []
+    try:
+        for spec in project.select(selectors):
+            target = str(spec.target)
+            st = ModelStatus(spec.path, target, spec.strategy.kind)
+            rows = _state_rows(con, sql.materialized_partitions(), {"target": target})
+            st.partitions = sorted({r[0] for r in rows if r[0] is not None})
+            if rows:
+                last = max(rows, key=lambda r: r[2])
+                st.last_run, st.last_committed_at = last[1], str(last[2])
+            part = spec.partition
+            if isinstance(part, TimePartitioning) and (part.start or st.partitions):
+                grain = Grain(part.grain)
+                first = parse_partition(grain, part.start or st.partitions[0], part.tz)
+                last_p = latest_complete(grain, now, part.tz)
+                done = set(st.partitions)
+                if first <= last_p:
+                    st.gaps = [p.value for p in partition_range(first, last_p) if p.value not in done]
+            st.failures = failures_since(root, target, st.last_committed_at)
+            out.append(st)
+    finally:
+        con.close()
+    return out
+
+
+def failures_since(root: Path, target: str, committed_at: str | None) -> list[dict[str, Any]]:
+    """Failed steps of ``target`` recorded in ``target/run/*/results.json`` after its last commit."""
+    out: list[dict[str, Any]] = []
+    for path in sorted((root / "target" / "run").glob("*/results.json")):
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if committed_at is not None and str(report.get("started_at", "")) <= committed_at.replace(" ", "T"):
+            continue
+        for r in report.get("results", []):
+            if r.get("target") == target and r.get("status") == "failed":
+                out.append({"run_id": report.get("run_id"), "partition": r.get("partition"), "error": r.get("error")})
+    return out
+
+
+def history(root: Path, model: str) -> list[dict[str, Any]]:
+    """The materializations of one model, newest first, with their DuckLake snapshot ids."""
+    root = root.resolve()
+    project = load_project(root, None)
+    specs = project.select([model])
+    if len(specs) != 1:
+        raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
+    spec = specs[0]
+    lake = Lake.open(root, read_only=True)
+    con = lake.connect()
+    try:
+        rows = _state_rows(con, sql.history(lake.alias), {"target": str(spec.target)})
+    finally:
+        con.close()
+    keys = ["snapshot_id", "run_id", "partition", "strategy", "rows_inserted", "rows_updated", "rows_deleted",
+            "sql_sha256", "committed_at", "pins"]
+    out = []
+    for r in rows:
+        item = dict(zip(keys, r, strict=True))
+        item["pins"] = json.loads(item["pins"]) if item["pins"] else {}
+        item["committed_at"] = str(item["committed_at"])
+        out.append(item)
+    return out

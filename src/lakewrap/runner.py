@@ -1,0 +1,217 @@
+"""``lakewrap run`` and ``lakewrap seed``: materialize selected models, in dependency order.
+
+Each (model, partition) is one transaction through :class:`~lakewrap.execute.executor.Executor`.
+A model whose upstream model failed in this run is skipped. Results are written to
+``target/run_results.json`` and ``target/run/<run_id>/results.json`` (failures survive the process;
+only committed materializations are recorded in the lake, in the same transaction as their data).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lakewrap import __version__
+from lakewrap.compile import _Cache, compile_plan, load_project
+from lakewrap.compilers import lake as sql
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
+from lakewrap.errors import LakewrapError, PlanError
+from lakewrap.execute.executor import Executor, Result
+from lakewrap.execute.lake import Lake
+from lakewrap.partitions import Grain, parse_partition, partition_range
+from lakewrap.plan import Param, Plan, make_plan
+from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class RunReport:
+    """All results of one run."""
+
+    run_id: str
+    started_at: str
+    results: list[Result] = field(default_factory=list)
+    finished_at: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status in ("success", "unchanged") for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "lakewrap_version": __version__, "started_at": self.started_at,
+                "finished_at": self.finished_at, "ok": self.ok, "results": [r.to_dict() for r in self.results]}
+
+
+def partitions_for(spec: ModelSpec, partition: str | None, start: str | None, end: str | None) -> list[str | None]:
+    """The partition values a run materializes for ``spec``."""
+    part = spec.partition
+    if not isinstance(part, TimePartitioning):
+        return [None]
+    if start is not None or end is not None:
+        if start is None or end is None:
+            raise PlanError("give both --start and --end", hint="e.g. --start 2024-01-01 --end 2024-01-31")
+        try:
+            first = parse_partition(Grain(part.grain), start, part.tz)
+            last = parse_partition(Grain(part.grain), end, part.tz)
+        except PlanError as exc:
+            raise PlanError(f"{spec.path}: {exc.message}", hint=exc.hint) from None
+        return [p.value for p in partition_range(first, last)]
+    return [partition]
+
+
+def watermark_of(con: Any, target: str) -> datetime | None:
+    row = con.execute(sql.last_watermark(), {"target": target}).fetchone()
+    return row[0] if row and row[0] is not None else None
+
+
+def probe_columns(con: Any, plan: Plan) -> tuple[str, ...]:
+    """The output columns of a ``SELECT *`` model, read from the lake (no rows are fetched)."""
+    from lakewrap.compilers import compiler_for
+
+    probe = compiler_for(plan.substrate).probe(plan)
+    params = {k: v.python() for k, v in probe.params.items()}
+    cursor = con.execute(probe.sql, params) if params else con.execute(probe.sql)
+    return tuple(d[0] for d in cursor.description)
+
+
+def plan_model(con: Any, spec: ModelSpec, value: str | None, now: datetime) -> Plan:
+    watermark = watermark_of(con, str(spec.target)) if isinstance(spec.partition, DynamicPartitioning) else None
+    try:
+        plan = make_plan(spec, partition=value, now=now, watermark=watermark)
+    except PlanError as exc:
+        raise PlanError(f"{spec.path}: {exc.message}", hint=exc.hint) from None
+    if plan.columns is None and spec.strategy.kind in ("merge", "snapshot"):
+        plan = plan.model_copy(update={"columns": probe_columns(con, plan)})
+    return plan
+
+
+def run_project(
+    root: Path,
+    selectors: Sequence[str] = (),
+    *,
+    exclude: Sequence[str] = (),
+    partition: str | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    full_refresh: bool = False,
+    strict: bool = False,
+    now: datetime | None = None,
+    run_id: str | None = None,
+) -> RunReport:
+    """Materialize the selected models of the project at ``root``.
+
+    Example:
+        >>> report = run_project(Path("examples/shop"), ["orders+"], partition="2024-01-02")  # doctest: +SKIP
+        >>> [r.status for r in report.results]  # doctest: +SKIP
+    """
+    root = root.resolve()
+    now = now or datetime.now(timezone.utc)
+    run_id = run_id or new_run_id(now)
+    if partition is not None and (start is not None or end is not None):
+        raise PlanError("give either --partition or --start/--end, not both")
+    cache = _Cache.open(root, True)
+    project = load_project(root, cache)
+    selected = project.select(selectors, exclude)
+    lake = Lake.open(root)
+    report = RunReport(run_id=run_id, started_at=now.isoformat())
+    folder = root / "target" / "run" / run_id
+    con = lake.connect()
+    try:
+        executor = Executor(lake, run_id, folder, strict=strict)
+        failed: set[str] = set()
+        for spec in selected:
+            ups = {u.target.key for u in project.upstream_models(spec)}
+            values = partitions_for(spec, partition, start, end)
+            for i, value in enumerate(values):
+                if ups & failed:
+                    result = Result(model=spec.path, target=str(spec.target), partition=value,
+                                    strategy=spec.strategy.kind, status="skipped",
+                                    error="an upstream model failed in this run")
+                else:
+                    result = materialize_spec(con, executor, spec, value, now, cache,
+                                              drop_first=full_refresh and i == 0)
+                report.results.append(result)
+                if result.status == "failed":
+                    failed.add(spec.target.key)
+        if cache is not None:
+            cache.save()
+    finally:
+        con.close()
+        report.finished_at = datetime.now(timezone.utc).isoformat()
+        write_results(root, folder, report)
+    return report
+
+
+def materialize_spec(con: Any, executor: Executor, spec: ModelSpec, value: str | None, now: datetime,
+                     cache: _Cache | None, *, drop_first: bool = False) -> Result:
+    try:
+        compiled = compile_plan(plan_model(con, spec, value, now), cache)
+    except LakewrapError as exc:
+        return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
+                      status="failed", error=exc.render(), error_class=type(exc).__name__)
+    except Exception as exc:  # the column probe ran the model's SELECT: a DuckDB error
+        return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
+                      status="failed", error=executor.lake.redact(f"{spec.path}: {exc}"),
+                      error_class=type(exc).__name__)
+    return executor.materialize(con, compiled, drop_first=drop_first and spec.strategy.kind != "literal")
+
+
+def write_results(root: Path, folder: Path, report: RunReport) -> None:
+    text = json.dumps(report.to_dict(), indent=2, default=str)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in (folder / "results.json", root / "target" / "run_results.json"):
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
+def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
+    """Load ``seeds/**/*.csv`` into tables, replacing their content, one transaction per table.
+
+    ``seeds/raw/orders.csv`` → ``raw.orders``; ``seeds/x.csv`` → ``raw.x``.
+    """
+    root = root.resolve()
+    seeds = root / "seeds"
+    if not seeds.is_dir():
+        raise PlanError("the project has no seeds/ folder", hint="put CSV files in seeds/<schema>/<table>.csv")
+    now = datetime.now(timezone.utc)
+    run_id = run_id or new_run_id(now)
+    lake = Lake.open(root)
+    report = RunReport(run_id=run_id, started_at=now.isoformat())
+    folder = root / "target" / "run" / run_id
+    con = lake.connect()
+    try:
+        executor = Executor(lake, run_id, folder)
+        for path in sorted(seeds.rglob("*.csv")):
+            rel = path.relative_to(root).as_posix()
+            if not path.resolve().is_relative_to(root):
+                raise PlanError(f"{rel} resolves outside the project", hint="keep seed files inside the project")
+            parts = path.relative_to(seeds).with_suffix("").parts
+            schema, name = (parts[0], parts[-1]) if len(parts) > 1 else ("raw", parts[0])
+            setup, replace = sql.seed_table(schema, name)
+            statements = (
+                CompiledStatement(role="setup", sql=setup),
+                CompiledStatement(role="write", sql=replace, effect="insert",
+                                  params={"path": Param(type="VARCHAR", value=str(path))}),
+            )
+            compiled = CompiledPlan(model=path.stem, path=rel, target=f"{schema}.{name}", strategy="seed",
+                                    substrate="ducklake", write_path="sql", window=None, idempotent=True,
+                                    idempotent_note="a re-run replaces the table's content", statements=statements,
+                                    sql_sha256=CompiledPlan.digest(statements))
+            result = executor.materialize(con, compiled)
+            report.results.append(result)
+    finally:
+        con.close()
+        report.finished_at = datetime.now(timezone.utc).isoformat()
+        write_results(root, folder, report)
+    return report
