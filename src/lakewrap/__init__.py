@@ -1,5 +1,28 @@
-"""lakewrap: a materialization compiler for DuckLake and Apache Iceberg tables."""
+"""lakewrap: a materialization compiler for DuckLake and Apache Iceberg tables.
+
+The public API is lazy: importing ``lakewrap`` loads neither duckdb nor pyarrow.
+
+Example:
+    >>> import lakewrap
+    >>> project = lakewrap.Project("examples/shop")  # doctest: +SKIP
+    >>> plans = project.compile(["orders"], partition="2024-01-02")  # doctest: +SKIP
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from lakewrap.api import Project, materialize
+
+__all__ = ["Project", "__version__", "materialize"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Project", "materialize"):
+        from lakewrap import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'lakewrap' has no attribute {name!r}")

@@ -1,0 +1,178 @@
+"""The Python API for other runtimes (orchestrators, workers, notebooks).
+
+Example:
+    >>> import lakewrap
+    >>> project = lakewrap.Project("examples/shop")  # doctest: +SKIP
+    >>> project.seed(); report = project.run(partition="2024-01-02")  # doctest: +SKIP
+    >>> project.query("SELECT count(*) AS n FROM sales.orders").to_pylist()  # doctest: +SKIP
+    [{'n': 40}]
+
+    Write an Arrow table produced by any code with the same strategies and guarantees:
+
+    >>> lakewrap.materialize(table, target="sales.orders", strategy="merge", unique_key="order_id",
+    ...                      partition="2024-01-02", partition_key="created_at", lake="examples/shop")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from lakewrap.compilers.artifacts import CompiledPlan
+from lakewrap.errors import PlanError
+from lakewrap.execute.executor import Executor, Result
+from lakewrap.execute.lake import Lake
+from lakewrap.inspect import ModelStatus
+from lakewrap.partitions import Grain
+from lakewrap.runner import RunReport, new_run_id, write_results
+from lakewrap.spec import (
+    AppendStrategy,
+    DeleteInsertStrategy,
+    MergeStrategy,
+    ModelSpec,
+    SnapshotStrategy,
+    TableRef,
+    TableStrategy,
+    TimePartitioning,
+)
+
+INPUT = "__lakewrap_input"
+
+
+class Project:
+    """A lakewrap project folder (``models/``, ``seeds/``, optional ``lakewrap.toml``)."""
+
+    def __init__(self, path: str | Path = ".") -> None:
+        self.root = Path(path).resolve()
+
+    def compile(self, selectors: Sequence[str] = (), *, partition: str | None = None,
+                now: datetime | None = None) -> list[CompiledPlan]:
+        """The compiled plans of the selected models (see ``lakewrap compile``)."""
+        from lakewrap.compile import compile_project
+
+        return compile_project(self.root, selectors, partition=partition, now=now)
+
+    def run(self, selectors: Sequence[str] = (), *, partition: str | None = None, start: str | None = None,
+            end: str | None = None, full_refresh: bool = False, strict: bool = False,
+            now: datetime | None = None) -> RunReport:
+        """Materialize the selected models (see ``lakewrap run``); failures are in the report."""
+        from lakewrap.runner import run_project
+
+        return run_project(self.root, selectors, partition=partition, start=start, end=end,
+                           full_refresh=full_refresh, strict=strict, now=now)
+
+    def seed(self) -> RunReport:
+        """Load ``seeds/**/*.csv`` (see ``lakewrap seed``)."""
+        from lakewrap.runner import seed_project
+
+        return seed_project(self.root)
+
+    def query(self, sql: str) -> Any:
+        """One read-only SELECT against the lake, as a ``pyarrow.Table``."""
+        from lakewrap.inspect import query_arrow
+
+        return query_arrow(self.root, sql)
+
+    def status(self, selectors: Sequence[str] = ()) -> list[ModelStatus]:
+        """Per model: partitions, gaps, last run, failures (see ``lakewrap status``)."""
+        from lakewrap.inspect import status
+
+        return status(self.root, tuple(selectors))
+
+    def history(self, model: str) -> list[dict[str, Any]]:
+        """The materializations of ``model`` with snapshot ids (see ``lakewrap history``)."""
+        from lakewrap.inspect import history
+
+        return history(self.root, model)
+
+
+StrategyName = Literal["table", "delete+insert", "merge", "append", "snapshot"]
+
+
+def _columns_of(data: Any) -> tuple[Any, tuple[str, ...]]:
+    """An object DuckDB can scan, and its column names (Arrow, pandas, or a DuckDB relation)."""
+    if hasattr(data, "fetch_arrow_table") and hasattr(data, "columns"):  # a DuckDB relation
+        data = data.fetch_arrow_table()
+    if hasattr(data, "schema") and hasattr(data.schema, "names"):
+        return data, tuple(data.schema.names)
+    if hasattr(data, "columns"):
+        return data, tuple(str(c) for c in data.columns)
+    raise PlanError(f"cannot materialize a {type(data).__name__}",
+                    hint="pass a pyarrow Table, a pandas DataFrame or a DuckDB relation")
+
+
+def materialize(
+    data: Any,
+    *,
+    target: str,
+    strategy: StrategyName,
+    lake: str | Path | Lake = ".",
+    partition: str | None = None,
+    partition_key: str | None = None,
+    grain: str = "daily",
+    tz: str = "UTC",
+    unique_key: str | Sequence[str] | None = None,
+    dedupe_by: str | None = None,
+    updated_at: str | None = None,
+    check_cols: Sequence[str] | None = None,
+    hard_deletes: Literal["ignore", "invalidate", "new_record"] = "ignore",
+    now: datetime | None = None,
+    run_id: str | None = None,
+) -> Result:
+    """Write ``data`` into ``target`` with a strategy, in one transaction, with lakewrap's state.
+
+    The same compiler, guards and executor as a model run: a partitioned write refuses rows outside
+    the partition's window, a merge refuses NULL or duplicate keys (or dedupes with ``dedupe_by``),
+    and a failure writes nothing. Returns the :class:`Result`; raises nothing for data errors
+    (check ``result.status``).
+    """
+    from lakewrap.compile import compile_plan
+    from lakewrap.plan import make_plan
+
+    scan, columns = _columns_of(data)
+    schema, _, name = target.rpartition(".")
+    keys = (unique_key,) if isinstance(unique_key, str) else tuple(unique_key or ())
+    match strategy:
+        case "table":
+            strat: Any = TableStrategy()
+        case "delete+insert":
+            strat = DeleteInsertStrategy()
+        case "append":
+            strat = AppendStrategy()
+        case "merge":
+            strat = MergeStrategy(unique_key=keys, dedupe="latest_by" if dedupe_by else "error", dedupe_by=dedupe_by)
+        case "snapshot":
+            strat = SnapshotStrategy(strategy="timestamp" if updated_at else "check", unique_key=keys,
+                                     updated_at=updated_at, check_cols=tuple(check_cols) if check_cols else
+                                     (None if updated_at else "all"), hard_deletes=hard_deletes)
+        case _:
+            raise PlanError(f"unknown strategy `{strategy}`",
+                            hint="use table, delete+insert, merge, append or snapshot")
+    part = None
+    if partition is not None or strategy == "delete+insert":
+        if partition_key is None:
+            raise PlanError("a partitioned write needs partition_key=<column>")
+        part = TimePartitioning(grain=Grain(grain), key=partition_key, tz=tz)
+    spec = ModelSpec(
+        path=f"<materialize {target}>", name=name, target=TableRef(schema_name=schema or "main", name=name),
+        materialized="snapshot" if strategy == "snapshot" else ("table" if strategy == "table" else "incremental"),
+        strategy=strat, partition=part, sql="SELECT * FROM " + INPUT, body_line=1, output_columns=columns,
+    )
+    now = now or datetime.now(timezone.utc)
+    plan = make_plan(spec, partition=partition, now=now)
+    compiled = compile_plan(plan)
+    handle = lake if isinstance(lake, Lake) else Lake.open(Path(lake).resolve())
+    run_id = run_id or new_run_id(now)
+    folder = handle.root / "target" / "run" / run_id
+    con = handle.connect()
+    try:
+        con.register(INPUT, scan)
+        result = Executor(handle, run_id, folder).materialize(con, compiled)
+    finally:
+        con.close()
+    report = RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
+                       finished_at=datetime.now(timezone.utc).isoformat())
+    write_results(handle.root, folder, report)
+    return result
