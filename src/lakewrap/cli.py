@@ -30,7 +30,9 @@ def _fail(err: LakewrapError, debug: bool) -> None:
         raise err
     from rich.console import Console
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {err.render()}", markup=True)
+    from rich.markup import escape
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(err.render())}")
     code = 2 if isinstance(err, USAGE_ERRORS) else err.exit_code
     sys.exit(code)
 
@@ -119,6 +121,7 @@ def _emit_run(report: Any, fmt: str) -> None:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     else:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title=f"run {report.run_id}", title_justify="left")
@@ -133,10 +136,10 @@ def _emit_run(report: Any, fmt: str) -> None:
         console.print(table)
         for r in report.results:
             for w in r.warnings:
-                console.print(f"[yellow]warning:[/] {r.target} {r.partition or ''}: {w}")
+                console.print(f"[yellow]warning:[/] {r.target} {r.partition or ''}: {escape(w)}")
             if r.error:
                 Console(stderr=True, highlight=False, soft_wrap=True).print(
-                    f"[bold red]error:[/] {r.target}: {r.error}", markup=True)
+                    f"[bold red]error:[/] {r.target}: {escape(r.error)}")
     if not report.ok:
         sys.exit(1)
 

@@ -144,9 +144,14 @@ def choices_hint(word: str, candidates: Iterable[str], noun: str = "value") -> s
     options = sorted(candidates)
     close = suggest(word, options)
     listed = ", ".join(f"`{o}`" for o in options)
-    if close is not None:
-        return f"did you mean `{close}`? valid {noun}s: {listed}"
-    return f"valid {noun}s: {listed}"
+    prefix = f"did you mean `{close}`? " if close is not None else ""
+    return f"{prefix}valid {_plural(noun)}: {listed}"
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith("y") and noun[-2:-1] not in "aeiou":
+        return noun[:-1] + "ies"
+    return noun if noun.endswith("s") else noun + "s"
 
 
 def relpath(path: Path, root: Path | None) -> str:

@@ -6,22 +6,26 @@ registry; the body is parsed by sqlglot. Nothing here touches a database.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
 from sqlglot import exp
 
 from lakewrap.annotations.header import Header
-from lakewrap.annotations.lexer import lex_line
+from lakewrap.annotations.lexer import Arg, lex_line
 from lakewrap.annotations.registry import Registry, default_registry
 from lakewrap.errors import AnnotationError, Location, ModelError, SqlError, choices_hint, suggest
 from lakewrap.spec import ModelSpec, TableRef
 from lakewrap.sqltext import (
     Statement,
     has_positional_parameter,
+    node_location,
+    offset_location,
     parameter_location,
     parameters,
     parse_body,
+    positional_parameter_location,
 )
 
 PARTITION_PARAMETERS = ("partition_start", "partition_end", "partition_value")
@@ -75,16 +79,14 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
     except ValueError:
         rel = path.as_posix()
     if text is None:
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ModelError(
-                f"the file is not UTF-8 text (byte {exc.start})",
-                location=Location(rel),
-                hint="save the model as UTF-8",
-            ) from None
+        text = _read_text(path, rel)
     if "\x00" in text:
-        raise ModelError("the file contains a NUL byte", location=Location(rel), hint="save the model as plain text")
+        where = offset_location(text, text.index("\x00"), rel)
+        raise ModelError(
+            "the file contains a NUL byte",
+            location=Location(rel, where.line, where.column, (where.snippet or "").replace("\x00", "\\0")),
+            hint="save the model as plain text; a NUL byte usually means a binary file or a bad copy-paste",
+        )
     header_lines, body_line = split_header(text)
     header = Header(path=rel)
     for line_no, line in header_lines:
@@ -120,7 +122,7 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
     wrapped = fields["materialized"] is not None
     if wrapped:
         query = _single_query(statements, rel, body_text)
-        output = output_columns(query, rel, body_text)
+        output = output_columns(query, rel, body_text, statements[0])
         upstreams = table_refs(query)
     else:
         output = None
@@ -133,6 +135,8 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
     upstreams = tuple(u for u in upstreams if u.key != target.key)
     _check_parameters(statements, fields, rel, body_text)
     _check_column_refs(header, output, fields, rel)
+    if wrapped and fields["materialized"] == "snapshot":
+        _check_snapshot_output(statements[0], rel, body_text)
     try:
         return ModelSpec(
             path=rel,
@@ -145,8 +149,26 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
             **fields,
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ModelError(f"invalid model: {first['msg']}", location=Location(rel)) from None
+        detail = exc.errors()[0]
+        raise ModelError(f"invalid model: {detail['msg']}", location=Location(rel)) from None
+
+
+def _read_text(path: Path, rel: str) -> str:
+    """The file's text; a located error when it is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line_start = before.rfind(b"\n") + 1
+        line_end = data.find(b"\n", exc.start)
+        raw_line = data[line_start : line_end if line_end >= 0 else len(data)]
+        column = len(before[line_start:].decode("utf-8")) + 1
+        raise ModelError(
+            f"the file is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+            location=Location(rel, before.count(b"\n") + 1, column, raw_line.decode("utf-8", "replace").rstrip("\r")),
+            hint="save the model as UTF-8 (it looks like another encoding, e.g. Latin-1 or Windows-1252)",
+        ) from None
 
 
 def _reject_stray_annotations(lines: list[str], body_line: int, rel: str, reg: Registry) -> None:
@@ -165,7 +187,8 @@ def _reject_stray_annotations(lines: list[str], body_line: int, rel: str, reg: R
         raise AnnotationError(
             f"annotation `-- {words[0]}` after the header would be ignored",
             location=Location(rel, i + 1, lines[i].index("--") + 1, lines[i]),
-            hint="move it into the leading run of `--` lines (no blank line or SQL before it)",
+            hint="move it into the leading run of `--` lines at the top of the file "
+            "(no blank line, SQL or `/* */` comment before it)",
         )
 
 
@@ -188,66 +211,86 @@ def _looks_like_annotation(words: list[str]) -> bool:
     return False
 
 
-def _single_query(statements: tuple[Statement, ...], rel: str, body: str) -> exp.Expression:
+def _single_query(statements: tuple[Statement, ...], rel: str, body: str) -> exp.Expr:
     if len(statements) > 1:
         second = statements[1]
         raise SqlError(
             f"a wrapped model must hold exactly one SELECT, found {len(statements)} statements",
-            location=Location(rel, second.line, None, _line(body, second.line)),
+            location=offset_location(body, second.start, rel),
             hint="remove the extra statements, or drop `-- materialized` to make a literal model",
         )
     tree = statements[0].tree
     if not isinstance(tree, QUERY_TYPES):
-        kind = tree.key.upper() if hasattr(tree, "key") else type(tree).__name__
+        if isinstance(tree, exp.Command):
+            kind = str(tree.this).upper()  # statements sqlglot keeps as text: CALL, ...
+        else:
+            kind = tree.key.upper() if hasattr(tree, "key") else type(tree).__name__
         raise SqlError(
             f"a wrapped model's body must be a SELECT, not {kind}",
-            location=Location(rel, statements[0].line, None, _line(body, statements[0].line)),
-            hint="write only the SELECT; lakewrap writes the DDL/DML around it",
-        )
-    if has_positional_parameter(tree):
-        raise SqlError(
-            "positional parameters (`?`, `$1`) are not supported",
-            location=Location(rel, statements[0].line),
-            hint="use $partition_start, $partition_end or $partition_value",
+            location=offset_location(body, statements[0].start, rel),
+            hint="write only the SELECT; lakewrap writes the DDL/DML around it "
+            "(or drop `-- materialized` to run the statements as written)",
         )
     return tree
 
 
-def _line(body: str, line: int) -> str | None:
-    lines = body.splitlines()
-    return lines[line - 1] if 0 < line <= len(lines) else None
-
-
-def output_columns(query: exp.Expression, rel: str, body: str) -> tuple[str, ...] | None:
-    """The SELECT's output column names, or None when it selects ``*``."""
+def _projections(query: exp.Expr) -> list[exp.Expr]:
     select = query
     while isinstance(select, (exp.Union, exp.Intersect, exp.Except)):
         select = select.left
     if not isinstance(select, exp.Select):  # pragma: no cover - guarded by _single_query
-        return None
+        return []
+    return list(select.expressions)
+
+
+def _is_star(proj: exp.Expr) -> bool:
+    """``*``, ``t.*``, ``* EXCLUDE (...)``, ``COLUMNS(...)``: columns not known from the text alone."""
+    return (
+        isinstance(proj, (exp.Star, exp.Columns))
+        or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star))
+        or (isinstance(proj, exp.Alias) and isinstance(proj.this, exp.Columns))
+    )
+
+
+def output_columns(
+    query: exp.Expr, rel: str, body: str, statement: Statement | None = None
+) -> tuple[str, ...] | None:
+    """The SELECT's output column names, or None when it selects ``*``.
+
+    A column is named by an alias or is a plain column reference; any other expression would get a
+    name made up by the engine (``CAST(x AS INTEGER)``, ``count_star()``), so it must be aliased.
+    """
     names: list[str] = []
-    for proj in select.expressions:
-        if isinstance(proj, exp.Star) or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star)):
+    for proj in _projections(query):
+        if _is_star(proj):
             return None
-        name = proj.alias_or_name
+        if isinstance(proj, exp.Alias):
+            name = proj.alias
+        elif isinstance(proj, exp.Column):
+            name = proj.name
+        else:
+            name = ""
+        where = node_location(proj, statement, body, rel) if statement is not None else Location(rel)
         if not name:
             snippet = proj.sql(dialect="duckdb")
             raise SqlError(
                 f"the output column `{snippet}` has no name",
-                location=Location(rel, None),
+                location=where,
                 hint=f"give it an alias: `{snippet} AS <name>`",
             )
         if name.lower() in (n.lower() for n in names):
+            first = next(n for n in names if n.lower() == name.lower())
             raise SqlError(
-                f"the SELECT returns two columns named `{name}`",
-                location=Location(rel),
-                hint="give one of them a different alias",
+                f"the SELECT returns two columns named `{name}`"
+                + (f" (and `{first}`)" if first != name else ""),
+                location=where,
+                hint="give one of them a different alias (column names are case-insensitive)",
             )
         names.append(name)
     return tuple(names)
 
 
-def table_refs(tree: exp.Expression) -> tuple[TableRef, ...]:
+def table_refs(tree: exp.Expr) -> tuple[TableRef, ...]:
     """Tables a statement reads or writes, minus CTE names and table functions."""
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     refs: dict[str, TableRef] = {}
@@ -264,6 +307,12 @@ def table_refs(tree: exp.Expression) -> tuple[TableRef, ...]:
 def _check_parameters(statements: tuple[Statement, ...], fields: dict[str, object], rel: str, body: str) -> None:
     used: set[str] = set()
     for st in statements:
+        if has_positional_parameter(st.tree):
+            raise SqlError(
+                "positional parameters (`?`, `$1`) are not supported",
+                location=positional_parameter_location(body, rel),
+                hint="use the named parameters $partition_start, $partition_end or $partition_value",
+            )
         used |= parameters(st.tree)
     unknown = sorted(used - set(PARTITION_PARAMETERS))
     if unknown:
@@ -311,14 +360,36 @@ def _check_column_refs(header: Header, output: tuple[str, ...] | None, fields: d
             close = suggest(ref.name, known)
             raise ref.ann.error(
                 f"{ref.role} names `{ref.name}`, which the SELECT does not return",
-                column=ref.arg.column,
+                column=_item_column(ref.arg, ref.name),
                 hint=(f"did you mean `{close}`? " if close else "") + "output columns: " + ", ".join(known),
             )
-        if fields["materialized"] == "snapshot":
-            for name in known:
-                if name.lower() in SCD2_COLUMNS:
-                    raise ModelError(
-                        f"a snapshot's SELECT cannot return `{name}`: lakewrap adds that column",
-                        location=Location(rel),
-                        hint="rename the column; lakewrap adds " + ", ".join(SCD2_COLUMNS[:3]),
-                    )
+    if fields["materialized"] == "snapshot" and output is None:
+        for col in header.columns:
+            if col.name.lower() in SCD2_COLUMNS:
+                ann_line = next(a for a in header.column_refs if a.role == "a column contract" and a.name == col.name)
+                raise ann_line.ann.error(
+                    f"a snapshot cannot declare `{col.name}`: lakewrap adds that column",
+                    column=ann_line.arg.column,
+                    hint="remove the contract line; lakewrap adds " + ", ".join(SCD2_COLUMNS),
+                )
+
+
+def _item_column(arg: Arg, name: str) -> int:
+    """The column of ``name`` inside a list argument such as ``check_cols=a,b`` (else the argument's)."""
+    if arg.key == name:  # `-- test accepted_values <col>=a,b`: the key is the column
+        return arg.column
+    start = len(arg.key) if arg.key is not None else 0
+    m = re.compile(r"(?:^|[,=(])\"?(" + re.escape(name) + r")\"?(?=$|[,)])").search(arg.raw, start)
+    return arg.column + m.start(1) if m is not None else arg.column
+
+
+def _check_snapshot_output(statement: Statement, rel: str, body: str) -> None:
+    """A snapshot's SELECT must not return the SCD2 columns lakewrap maintains."""
+    for proj in _projections(statement.tree):
+        name = proj.alias if isinstance(proj, exp.Alias) else proj.name if isinstance(proj, exp.Column) else ""
+        if name.lower() in SCD2_COLUMNS:
+            raise SqlError(
+                f"a snapshot's SELECT cannot return `{name}`: lakewrap adds that column",
+                location=node_location(proj, statement, body, rel),
+                hint="rename or drop the column; lakewrap adds " + ", ".join(SCD2_COLUMNS),
+            )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import Token, TokenType
+from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]
 
 from lakewrap.errors import Location, SqlError
 
@@ -23,9 +23,10 @@ DIALECT = "duckdb"
 class Statement:
     """One statement of a model body: its AST, the original text and its first line."""
 
-    tree: exp.Expression
+    tree: exp.Expr
     text: str
     line: int
+    start: int = 0  # character offset of ``text`` in the parsed body
 
 
 _CACHE: dict[str, tuple[Statement, ...]] = {}
@@ -34,6 +35,85 @@ _CACHE: dict[str, tuple[Statement, ...]] = {}
 def _line_text(sql: str, line: int) -> str:
     lines = sql.splitlines()
     return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def offset_location(sql: str, offset: int, path: str) -> Location:
+    """The :class:`Location` (1-based line and column, with the line's text) of ``sql[offset]``."""
+    line = sql.count("\n", 0, offset) + 1
+    column = offset - (sql.rfind("\n", 0, offset) + 1) + 1
+    return Location(path, line, column, _line_text(sql, line) or None)
+
+
+def node_location(node: exp.Expr, statement: Statement, sql: str, path: str) -> Location:
+    """Where ``node`` (part of ``statement``'s AST) starts in ``sql``, from the tokens' positions.
+
+    sqlglot keeps positions on some nodes only (``CAST`` has none, its operand has), so the earliest
+    position in the subtree is widened to the start of the word it is glued to (``CAST(x`` → ``C``).
+    Falls back to the statement's first line when sqlglot kept no position at all.
+    """
+    starts = [n.meta["start"] for n in node.walk() if isinstance(n.meta.get("start"), int)]
+    if not starts:
+        return Location(path, statement.line, None, _line_text(sql, statement.line) or None)
+    offset = statement.start + min(starts)
+    while offset > statement.start and not sql[offset - 1].isspace() and sql[offset - 1] not in ",;":
+        offset -= 1
+    return offset_location(sql, offset, path)
+
+
+_OPENERS = (
+    ("'", "an unterminated string literal", "close it with `'` (write `''` for a quote inside it)"),
+    ('"', "an unterminated quoted name", 'close it with `"`'),
+    ("/*", "an unterminated block comment", "close it with `*/`"),
+    ("$", "an unterminated dollar-quoted string", "close it with the same `$tag$` it opened with"),
+)
+
+
+def _unterminated(sql: str, offset: int) -> tuple[int, str, str] | None:
+    """After the last good token: skip blanks and complete comments, name the construct left open."""
+    i = offset
+    n = len(sql)
+    while i < n:
+        if sql[i].isspace():
+            i += 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif sql.startswith("/*", i) and sql.find("*/", i + 2) >= 0:
+            i = sql.find("*/", i + 2) + 2
+        else:
+            break
+    for opener, what, hint in _OPENERS:
+        if sql.startswith(opener, i):
+            return i, what, hint
+    return None
+
+
+def _token_error(sql: str, path: str, exc: TokenError, tokens: list[Token]) -> SqlError:
+    """A located error for SQL the tokenizer cannot read (an open quote or comment)."""
+    after = tokens[-1].end + 1 if tokens else 0
+    found = _unterminated(sql, after)
+    if found is not None:
+        offset, what, hint = found
+        return SqlError(f"cannot read the SQL: {what} starts here", location=offset_location(sql, offset, path),
+                        hint=hint)
+    return SqlError(
+        f"cannot read the SQL: {str(exc).splitlines()[0]}",
+        location=offset_location(sql, after, path) if tokens else Location(path),
+        hint="check for an unterminated string, quoted name or comment",
+    )
+
+
+_CLASS = re.compile(r"<class '(?:[\w]+\.)*(\w+)'>")
+
+
+def _parse_message(description: str, highlight: str) -> str:
+    """sqlglot's parse error in user terms (no Python class names)."""
+    at = f"`{highlight}`" if highlight.strip() else "the end of the statement"
+    if description.startswith("Required keyword"):
+        return f"the expression before {at} is incomplete"
+    if description.startswith("Invalid expression / Unexpected token"):
+        return f"unexpected {at}"
+    return f"{_CLASS.sub(lambda m: m.group(1), description)} (at {at})"
 
 
 def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
@@ -45,16 +125,11 @@ def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
     cached = _CACHE.get(sql)
     if cached is not None:
         return cached
+    tokenizer = sqlglot.Dialect.get_or_raise(DIALECT).tokenizer()
     try:
-        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+        tokens = tokenizer.tokenize(sql)
     except TokenError as exc:
-        m = re.search(r"[Ll]ine (\d+), [Cc]ol: (\d+)", str(exc))
-        line = int(m.group(1)) if m else None
-        raise SqlError(
-            f"cannot read the SQL: {str(exc).splitlines()[0]}",
-            location=Location(path, line, int(m.group(2)) if m else None, _line_text(sql, line or 0) or None),
-            hint="check for an unterminated string, quoted name or comment",
-        ) from None
+        raise _token_error(sql, path, exc, list(tokenizer.tokens)) from None
     chunks = _split(tokens)
     out: list[Statement] = []
     for chunk in chunks:
@@ -63,21 +138,37 @@ def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
         try:
             trees = sqlglot.parse(text, read=DIALECT)
         except ParseError as exc:
-            err = exc.errors[0] if exc.errors else {}
-            line = (err.get("line") or 1) + chunk[0].line - 1
-            col = err.get("col")
-            raise SqlError(
-                f"cannot parse the SQL: {err.get('description') or str(exc).splitlines()[0]}",
-                location=Location(path, line, col, _line_text(sql, line) or None),
-                hint="the model body must be valid DuckDB SQL",
-            ) from None
-        trees = [t for t in trees if t is not None]
-        if not trees:
+            raise _parse_error(sql, path, exc, start) from None
+        found = [t for t in trees if t is not None]
+        if not found:
             continue
-        out.append(Statement(trees[0], text, chunk[0].line))
+        out.append(Statement(found[0], text, chunk[0].line, start))
     result = tuple(out)
     _CACHE[sql] = result
     return result
+
+
+def _parse_error(sql: str, path: str, exc: ParseError, start: int) -> SqlError:
+    """A located error for a statement (``sql[start:]``) that sqlglot cannot parse."""
+    err = exc.errors[0] if exc.errors else {}
+    description = str(err.get("description") or str(exc).splitlines()[0])
+    highlight = str(err.get("highlight") or "")
+    rel_line, rel_col = err.get("line"), err.get("col")
+    location = Location(path)
+    if isinstance(rel_line, int) and isinstance(rel_col, int):
+        # sqlglot counts lines from the statement's start and gives the column where the offending
+        # token *ends*; point at where it begins, in the whole file.
+        first = sql.rfind("\n", 0, start) + 1
+        head = start - first if rel_line == 1 else 0
+        line = sql.count("\n", 0, start) + rel_line
+        col = head + rel_col - (len(highlight) - 1 if "\n" not in highlight and highlight else 0)
+        location = Location(path, line, max(col, 1), _line_text(sql, line) or None)
+    return SqlError(
+        f"cannot parse the SQL: {_parse_message(description, highlight)}",
+        location=location,
+        hint="the model body must be valid DuckDB SQL; look for a missing operand, comma or parenthesis "
+        "just before the caret",
+    )
 
 
 def _split(tokens: list[Token]) -> list[list[Token]]:
@@ -107,14 +198,34 @@ def parameter_location(sql: str, name: str, path: str) -> Location:
     return Location(path)
 
 
-def parameters(tree: exp.Expression) -> set[str]:
-    """Names of the ``$name`` parameters an AST uses."""
-    return {p.name for p in tree.find_all(exp.Placeholder) if p.name}
+_NAMED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def has_positional_parameter(tree: exp.Expression) -> bool:
+def parameters(tree: exp.Expr) -> set[str]:
+    """Names of the ``$name`` parameters an AST uses (not ``?`` or ``$1``)."""
+    return {p.name for p in tree.find_all(exp.Placeholder) if _NAMED.match(p.name or "")}
+
+
+def has_positional_parameter(tree: exp.Expr) -> bool:
     """Whether the AST uses ``?`` or ``$1`` style parameters."""
     for p in tree.find_all(exp.Placeholder):
-        if not p.name or p.name.isdigit():
+        if not _NAMED.match(p.name or ""):
             return True
     return any(True for _ in tree.find_all(exp.Parameter))
+
+
+def positional_parameter_location(sql: str, path: str) -> Location:
+    """Where the first ``?`` or ``$1`` parameter is in ``sql`` (strings and comments skipped)."""
+    tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+    for i, tok in enumerate(tokens):
+        if tok.token_type == TokenType.PLACEHOLDER and not _NAMED.match(tok.text.lstrip(":$")):
+            return offset_location(sql, tok.start, path)
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        if (
+            tok.token_type == TokenType.PARAMETER
+            and nxt is not None
+            and nxt.token_type == TokenType.NUMBER
+            and nxt.start == tok.end + 1
+        ):
+            return offset_location(sql, tok.start, path)
+    return Location(path)

@@ -98,6 +98,7 @@ class Header:
             self._forbid(
                 ("on_schema_change",),
                 f"does not apply to `materialized {mat}`: a rebuild always takes the new schema",
+                "remove the line; `-- on_schema_change` is for `-- materialized incremental` models",
             )
             strategy = TableStrategy() if mat == "table" else ViewStrategy()
         elif mat == "incremental":

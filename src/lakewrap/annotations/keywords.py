@@ -109,22 +109,27 @@ def duration_seconds(ann: Annotation, arg: Arg) -> int:
     d, h, mi, s = (int(g) if g else 0 for g in m.groups())
     total = ((d * 24 + h) * 60 + mi) * 60 + s
     if total <= 0:
-        raise ann.error("a freshness duration must be positive", column=arg.column)
+        raise ann.error(
+            "a freshness duration must be positive",
+            column=arg.column,
+            hint="write a duration such as `30m`, `6h`, `1d` or `1d12h`; remove the line to never warn",
+        )
     return total
 
 
 def integer(ann: Annotation, arg: Arg, low: int, high: int, what: str) -> int:
     """An integer argument within ``[low, high]``."""
+    hint = f"write a whole number from {low} to {high}" if high < 10**6 else f"write a whole number of at least {low}"
     try:
         value = int(arg.value)
     except ValueError:
-        raise ann.error(f"{what} must be a whole number, got `{arg.value}`", column=arg.column) from None
+        raise ann.error(f"{what} must be a whole number, got `{arg.value}`", column=arg.column, hint=hint) from None
     if not low <= value <= high:
-        raise ann.error(f"{what} must be between {low} and {high}, got {value}", column=arg.column)
+        raise ann.error(f"{what} must be between {low} and {high}, got {value}", column=arg.column, hint=hint)
     return value
 
 
-def sql_condition(ann: Annotation, arg: Arg, what: str) -> str:
+def sql_condition(ann: Annotation, arg: Arg, what: str, example: str) -> str:
     """A boolean SQL expression (not a statement), normalized through sqlglot."""
     import sqlglot
     from sqlglot.errors import ParseError
@@ -137,7 +142,7 @@ def sql_condition(ann: Annotation, arg: Arg, what: str) -> str:
         raise ann.error(
             f"{what} `{arg.value}` is not a SQL expression",
             column=arg.column,
-            hint='quote the expression: `predicate="target.created_at >= now() - INTERVAL 7 DAY"`',
+            hint=f"write one boolean SQL expression in quotes, e.g. `{example}`",
         )
     return cond.sql(dialect="duckdb")
 
@@ -156,14 +161,14 @@ def register_core(reg: Registry) -> None:
     @reg.keyword("materialized", usage="materialized table|view|incremental|snapshot",
                  summary="opt into wrap mode and pick the kind of write")
     def materialized(ann: Annotation, h: Header) -> None:
-        (arg,) = positional(ann, 1, 1, "materialized table|view|incremental|snapshot")
         options(ann, (), "materialized table|view|incremental|snapshot")
+        (arg,) = positional(ann, 1, 1, "materialized table|view|incremental|snapshot")
         h.materialized = choice(ann, arg, MATERIALIZED, "materialization")
 
     @reg.keyword("target", usage="target schema.table", summary="write to this table instead of the path's")
     def target(ann: Annotation, h: Header) -> None:
-        (arg,) = positional(ann, 1, 1, "target schema.table")
         options(ann, (), "target schema.table")
+        (arg,) = positional(ann, 1, 1, "target schema.table")
         h.target = table_ref(ann, arg)
 
     part_usage = ("partitioned hourly|daily|weekly|monthly|yearly|dynamic key=<col> "
@@ -210,7 +215,9 @@ def register_core(reg: Registry) -> None:
                 merge["dedupe"] = "error"
             elif m is not None:
                 merge["dedupe"] = "latest_by"
-                merge["dedupe_by"] = column_name(ann, Arg(m.group(1), d.column, quoted=False, raw=m.group(1)),
+                inner = d.raw.find(m.group(1), len("dedupe="))
+                col = d.column + inner if inner >= 0 else d.column
+                merge["dedupe_by"] = column_name(ann, Arg(m.group(1), col, quoted=False, raw=m.group(1)),
                                                  h, "dedupe=latest_by")
             else:
                 raise ann.error(
@@ -239,13 +246,15 @@ def register_core(reg: Registry) -> None:
                         hint="key columns are matched on, never updated; remove it",
                     )
         if "predicate" in opts:
-            merge["predicate"] = sql_condition(ann, opts["predicate"], "predicate")
+            merge["predicate"] = sql_condition(
+                ann, opts["predicate"], "predicate", 'predicate="target.created_at >= now() - INTERVAL 7 DAY"'
+            )
         h.merge = merge
 
     @reg.keyword("append", usage="append", summary="insert only (not idempotent)")
     def append(ann: Annotation, h: Header) -> None:
-        positional(ann, 0, 0, "append")
         options(ann, (), "append")
+        positional(ann, 0, 0, "append")
         h.append = True
 
     snap_usage = ("snapshot strategy=timestamp|check unique_key=<cols> updated_at=<col> | "
@@ -286,15 +295,21 @@ def register_core(reg: Registry) -> None:
     @reg.keyword("on", usage="on schema.table [schema.table ...]", summary="an explicit upstream",
                  repeatable=True)
     def on(ann: Annotation, h: Header) -> None:
-        args = positional(ann, 1, None, "on schema.table")
         options(ann, (), "on schema.table")
+        args = positional(ann, 1, None, "on schema.table")
         h.declared_upstreams.extend(table_ref(ann, a) for a in args)
 
     @reg.keyword("test", usage="test <kind> <args...> [severity=error|warn]",
                  summary="a data test run before the write is published", repeatable=True)
     def test(ann: Annotation, h: Header) -> None:
-        args = positional(ann, 1, None, "test <kind> <args...>")
         kinds = reg.test_kinds
+        if not ann.positional:
+            raise ann.error(
+                "missing the test kind",
+                column=ann.args[0].column if ann.args else ann.end_column,
+                hint="write `-- test <kind> <args...>`; kinds: " + ", ".join(f"`{k}`" for k in sorted(kinds)),
+            )
+        args = positional(ann, 1, None, "test <kind> <args...>")
         kind = choice(ann, args[0], tuple(kinds), "test kind")
         severity = "error"
         rest = []
@@ -316,8 +331,13 @@ def register_core(reg: Registry) -> None:
         args = positional(ann, 2, 4, col_usage)
         options(ann, (), col_usage)
         name = args[0].value
-        if any(c.name.lower() == name.lower() for c in h.columns):
-            raise ann.error(f"column `{name}` is declared twice", column=args[0].column)
+        first = next((c for c in h.columns if c.name.lower() == name.lower()), None)
+        if first is not None:
+            raise ann.error(
+                f"column `{name}` is declared twice (first on line {first.line})",
+                column=args[0].column,
+                hint="keep one of the two lines",
+            )
         h.ref(name, ann, args[0], "a column contract")
         try:
             dtype = exp.DataType.build(args[1].value, dialect="duckdb")
@@ -344,30 +364,34 @@ def register_core(reg: Registry) -> None:
     @reg.keyword("on_schema_change", usage="on_schema_change fail|append_new_columns|sync_all_columns|ignore",
                  summary="what to do when the SELECT's columns differ from the table's")
     def on_schema_change(ann: Annotation, h: Header) -> None:
+        options(ann, (), "on_schema_change " + "|".join(ON_SCHEMA_CHANGE))
         (arg,) = positional(ann, 1, 1, "on_schema_change " + "|".join(ON_SCHEMA_CHANGE))
-        options(ann, (), "on_schema_change")
         h.on_schema_change = choice(ann, arg, ON_SCHEMA_CHANGE, "on_schema_change mode")
 
     @reg.keyword("tag", usage="tag <name> [<name> ...]", summary="labels for selection (tag:x)", repeatable=True)
     def tag(ann: Annotation, h: Header) -> None:
-        args = positional(ann, 1, None, "tag <name>")
-        options(ann, (), "tag <name>")
+        options(ann, (), "tag <name> [<name> ...]")
+        args = positional(ann, 1, None, "tag <name> [<name> ...]")
         for a in args:
             if not re.match(r"^[A-Za-z0-9_.\-]+$", a.value):
-                raise ann.error(f"tag `{a.raw}` may only hold letters, digits, `_`, `-` and `.`", column=a.column)
+                raise ann.error(
+                    f"tag `{a.raw}` may only hold letters, digits, `_`, `-` and `.`",
+                    column=a.column,
+                    hint="write tags such as `finance` or `pii-eu`; separate several tags with spaces",
+                )
             if a.value not in h.tags:
                 h.tags.append(a.value)
 
     @reg.keyword("retry", usage="retry N", summary="retry retryable failures up to N times")
     def retry(ann: Annotation, h: Header) -> None:
-        (arg,) = positional(ann, 1, 1, "retry N")
         options(ann, (), "retry N")
+        (arg,) = positional(ann, 1, 1, "retry N")
         h.retry = integer(ann, arg, 0, 100, "retry")
 
     @reg.keyword("freshness", usage="freshness <duration>", summary="warn when older than this (e.g. 6h)")
     def freshness(ann: Annotation, h: Header) -> None:
-        (arg,) = positional(ann, 1, 1, "freshness <duration>")
         options(ann, (), "freshness <duration>")
+        (arg,) = positional(ann, 1, 1, "freshness <duration>")
         h.freshness_seconds = duration_seconds(ann, arg)
 
     @reg.keyword("description", usage='description "text"', summary="documentation for the model")
@@ -426,6 +450,12 @@ def _register_tests(reg: Registry) -> None:
     def relationships(ann: Annotation, args: tuple[Arg, ...], h: Header) -> dict[str, Any]:
         usage = "relationships <col> -> <schema.table>.<col>"
         no_options(ann, args, usage)
+        if len(args) == 2 and args[1].value != "->":
+            raise ann.error(
+                f"missing `->` between `{args[0].raw}` and `{args[1].raw}`",
+                column=args[1].column,
+                hint=f"write `-- test {usage}`",
+            )
         col, arrow, ref = only(ann, args, 3, usage)
         if arrow.value != "->":
             raise ann.error(f"expected `->`, got `{arrow.raw}`", column=arrow.column, hint=f"write `-- test {usage}`")
@@ -451,14 +481,18 @@ def _register_tests(reg: Registry) -> None:
             raise ann.error("row_count needs min=N, max=N or both", column=ann.end_column,
                             hint=f"write `-- test {usage}`")
         if "min" in out and "max" in out and out["min"] > out["max"]:
-            raise ann.error(f"min={out['min']} is greater than max={out['max']}", column=args[-1].column)
+            raise ann.error(
+                f"min={out['min']} is greater than max={out['max']}",
+                column=next(a.column for a in args if a.key == "max"),
+                hint="no row count can pass; swap the bounds or fix one of them",
+            )
         return out
 
     @reg.test_kind("expression", usage='expression "<boolean SQL>"', summary="holds for every row")
     def expression(ann: Annotation, args: tuple[Arg, ...], h: Header) -> dict[str, Any]:
         no_options(ann, args, 'expression "<boolean SQL>"')
         (arg,) = only(ann, args, 1, 'expression "<boolean SQL>"')
-        return {"expression": sql_condition(ann, arg, "expression")}
+        return {"expression": sql_condition(ann, arg, "expression", '-- test expression "amount >= 0"')}
 
     @reg.test_kind("sql", usage="sql <file.sql>", summary="a query returning the failing rows")
     def sql_file(ann: Annotation, args: tuple[Arg, ...], h: Header) -> dict[str, Any]:
@@ -469,5 +503,9 @@ def _register_tests(reg: Registry) -> None:
             raise ann.error(f"`{path}` must be a path inside the project", column=arg.column,
                             hint="write a project-relative path such as `tests/orders_amount.sql`")
         if not path.endswith(".sql"):
-            raise ann.error(f"`{path}` is not a .sql file", column=arg.column)
+            raise ann.error(
+                f"`{path}` is not a .sql file",
+                column=arg.column,
+                hint="the file holds a query returning the failing rows; name it `<name>.sql`",
+            )
         return {"path": path}

@@ -140,19 +140,20 @@ _LIST_ITEM = re.compile(r'"((?:[^"]|"")*)"|([^,]+)')
 def split_list(arg: Arg, ann: Annotation, what: str = "column") -> tuple[str, ...]:
     """Split ``a,b,"c d"`` into names; empty items are an error located on ``arg``."""
     text = arg.value
+    item = f"{what} name" if what == "column" else what
     names: list[str] = []
     pos = 0
     while pos <= len(text):
         m = _LIST_ITEM.match(text, pos)
         if m is None:
             raise ann.error(
-                f"empty {what} name in `{arg.raw}`",
+                f"empty {item} in `{arg.raw}`",
                 column=arg.column,
                 hint=f"write a comma-separated list of {what}s without spaces, e.g. `a,b`",
             )
         name = m.group(1).replace('""', '"') if m.group(1) is not None else m.group(2).strip()
         if not name:
-            raise ann.error(f"empty {what} name in `{arg.raw}`", column=arg.column)
+            raise ann.error(f"empty {item} in `{arg.raw}`", column=arg.column)
         names.append(name)
         pos = m.end()
         if pos == len(text):
