@@ -33,10 +33,10 @@ def install_extension(name: str) -> str:
 
 def attach_ducklake(catalog: str, alias: str, data_path: str, options: dict[str, int | str | bool]) -> str:
     """``ATTACH 'ducklake:<catalog>' AS alias (DATA_PATH '...', ...)``."""
-    opts = [("DATA_PATH", exp.Literal.string(data_path))]
+    opts: list[tuple[str, exp.Expr]] = [("DATA_PATH", exp.Literal.string(data_path))]
     for key, value in options.items():
-        lit = (exp.Literal.number(value) if isinstance(value, int) and not isinstance(value, bool)
-               else exp.Boolean(this=value) if isinstance(value, bool) else exp.Literal.string(str(value)))
+        lit: exp.Expr = (exp.Literal.number(value) if isinstance(value, int) and not isinstance(value, bool)
+                         else exp.Boolean(this=value) if isinstance(value, bool) else exp.Literal.string(str(value)))
         opts.append((key.upper(), lit))
     rendered = ", ".join(f"{k} {q.render(v)}" for k, v in opts)
     return q.render(q.command("ATTACH", exp.Literal.string(f"ducklake:{catalog}"), "AS", q.ident(alias),

@@ -145,9 +145,9 @@ def test_cache_gives_identical_output_and_notices_edits(shop: Path) -> None:
     assert warm == cold
     assert run(*args, "--no-cache")[1] == cold
     model = shop / "models" / "sales" / "orders.sql"
-    model.write_text(model.read_text().replace("amount, status", "amount * 2 AS amount, status"))
+    model.write_text(model.read_text().replace("customer_id, CAST", "customer_id * 2 AS customer_id, CAST"))
     edited = run(*args)[1]
-    assert "amount * 2 AS amount" in edited and edited != cold
+    assert "customer_id * 2 AS customer_id" in edited and edited != cold
 
 
 def test_compile_does_not_import_heavy_libraries() -> None:
