@@ -15,7 +15,7 @@ from sqlglot import exp
 from lakewrap.annotations.header import Header
 from lakewrap.annotations.lexer import Arg, lex_line
 from lakewrap.annotations.registry import Registry, default_registry
-from lakewrap.errors import AnnotationError, Location, ModelError, SqlError, choices_hint, suggest
+from lakewrap.errors import AnnotationError, LakewrapError, Location, ModelError, SqlError, choices_hint, suggest
 from lakewrap.spec import ModelSpec, TableRef
 from lakewrap.sqltext import (
     Statement,
@@ -51,7 +51,7 @@ def split_header(text: str) -> tuple[list[tuple[int, str]], int]:
     while i < len(lines) and not lines[i].strip() and not header:
         i += 1
     while i < len(lines) and lines[i].lstrip().startswith("--"):
-        header.append((i + 1, lines[i].strip()))
+        header.append((i + 1, lines[i].rstrip()))
         i += 1
     return header, i + 1
 
@@ -174,22 +174,45 @@ def _read_text(path: Path, rel: str) -> str:
 def _reject_stray_annotations(lines: list[str], body_line: int, rel: str, reg: Registry) -> None:
     """A full-line ``-- keyword ...`` comment after the header would be silently ignored: refuse it.
 
-    Words that are common in prose (``test``, ``column``, ``on``, ...) are flagged only when the
-    rest of the line reads like that annotation's arguments.
+    Before the first line of SQL (e.g. after a blank line that ended the header), any comment that
+    parses as an annotation is refused. Inside the SQL, words common in prose (``test``, ``column``,
+    ``tag``, ``description``, ...) are flagged only when the line reads like that annotation.
     """
+    in_preamble = True
     for i in range(body_line - 1, len(lines)):
         stripped = lines[i].strip()
+        if not stripped:
+            continue
         if not stripped.startswith("--"):
+            in_preamble = False
             continue
         words = stripped[2:].split()
-        if not words or words[0] not in reg.keywords or not _looks_like_annotation(words):
+        if not words or words[0] not in reg.keywords:
+            continue
+        flagged = _parses_as_annotation(stripped, rel, i + 1, reg) if in_preamble else _looks_like_annotation(words)
+        if not flagged:
             continue
         raise AnnotationError(
             f"annotation `-- {words[0]}` after the header would be ignored",
             location=Location(rel, i + 1, lines[i].index("--") + 1, lines[i]),
-            hint="move it into the leading run of `--` lines at the top of the file "
-            "(no blank line, SQL or `/* */` comment before it)",
+            hint="move it into the leading run of `--` lines (no blank line or SQL before it), "
+            "or write prose comments as `/* ... */`",
         )
+
+
+def _parses_as_annotation(line: str, rel: str, line_no: int, reg: Registry) -> bool:
+    words = line[2:].split()
+    if words and words[0] in _UNAMBIGUOUS:
+        return True
+    try:
+        ann = lex_line(line, rel, line_no)
+        kw = reg.keywords.get(ann.keyword) if ann is not None else None
+        if ann is None or kw is None:
+            return False
+        kw.handle(ann, Header(path=rel))
+    except LakewrapError:
+        return False
+    return True
 
 
 _UNAMBIGUOUS = {"materialized", "partitioned", "unique_key", "snapshot", "on_schema_change", "retry", "freshness"}

@@ -16,7 +16,10 @@ yearly    ``2024``            1 January → next 1 January
 ========  ==================  =======================================
 
 A local wall time that does not exist (skipped by a DST jump) maps to the instant of the jump, so
-an hour that is skipped entirely has an empty window and is not a valid partition.
+an hour (or, in Pacific/Apia on 2011-12-30, a day) that is skipped entirely has an empty window and
+is not a valid partition: :func:`parse_partition` refuses it and ``next``/``previous`` step over it.
+Window bounds carry the fixed UTC offset in force at that instant, so comparing and subtracting them
+is exact (datetimes sharing one ``ZoneInfo`` compare and subtract by wall time, ignoring offsets).
 """
 
 from __future__ import annotations
@@ -43,11 +46,12 @@ class Grain(str, Enum):
 
 
 _FORMATS: dict[Grain, tuple[re.Pattern[str], str]] = {
-    Grain.HOURLY: (re.compile(r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2})(?::00(?::00)?)?$"), "YYYY-MM-DDTHH"),
-    Grain.DAILY: (re.compile(r"^(\d{4})-(\d{2})-(\d{2})$"), "YYYY-MM-DD"),
-    Grain.WEEKLY: (re.compile(r"^(\d{4})-W(\d{2})$"), "YYYY-Www (ISO week)"),
-    Grain.MONTHLY: (re.compile(r"^(\d{4})-(\d{2})$"), "YYYY-MM"),
-    Grain.YEARLY: (re.compile(r"^(\d{4})$"), "YYYY"),
+    # re.ASCII: `\d` would otherwise accept any Unicode digit ("٢٠٢٤"), giving non-canonical values.
+    Grain.HOURLY: (re.compile(r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2})(?::00(?::00)?)?$", re.ASCII), "YYYY-MM-DDTHH"),
+    Grain.DAILY: (re.compile(r"^(\d{4})-(\d{2})-(\d{2})$", re.ASCII), "YYYY-MM-DD"),
+    Grain.WEEKLY: (re.compile(r"^(\d{4})-W(\d{2})$", re.ASCII), "YYYY-Www (ISO week)"),
+    Grain.MONTHLY: (re.compile(r"^(\d{4})-(\d{2})$", re.ASCII), "YYYY-MM"),
+    Grain.YEARLY: (re.compile(r"^(\d{4})$", re.ASCII), "YYYY"),
 }
 
 UTC = timezone.utc
@@ -91,8 +95,42 @@ class Window:
 
 
 def _instant(wall: datetime, tz: ZoneInfo) -> datetime:
-    """The instant of a local wall time; a skipped wall time maps to the DST jump (fold=0)."""
-    return wall.replace(tzinfo=tz, fold=0).astimezone(tz)
+    """The instant of a local wall time, with the fixed UTC offset in force then.
+
+    An ambiguous wall time (repeated by a DST fall-back) maps to its first occurrence. A skipped wall
+    time maps to the instant of the jump: the first instant whose local time is after it.
+
+    ``astimezone`` to the wall time's own ``ZoneInfo`` is a no-op, and aware datetimes that share a
+    ``ZoneInfo`` compare and subtract by wall time, so the result is converted through UTC.
+    """
+    try:
+        first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+        if _local(first, tz) != wall:
+            # Inside a gap, fold=0 reads the wall time with the offset before the jump (an instant at
+            # or after the jump) and fold=1 with the offset after it (an instant before the jump).
+            # Bisect between them for the first instant whose local time is not before `wall`.
+            lo, hi = wall.replace(tzinfo=tz, fold=1).astimezone(UTC), first
+            while hi - lo > timedelta(microseconds=1):
+                mid = lo + (hi - lo) // 2
+                if _local(mid, tz) >= wall:
+                    hi = mid
+                else:
+                    lo = mid
+            first = hi
+        local = first.astimezone(tz)
+    except OverflowError:
+        raise PlanError(
+            f"{wall.isoformat()} in {tz.key} is outside the supported range of instants",
+            hint="use a partition between the years 0002 and 9998",
+        ) from None
+    offset = local.utcoffset()
+    assert offset is not None
+    return local.replace(tzinfo=timezone(offset), fold=0)
+
+
+def _local(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The naive local wall time of an aware instant."""
+    return instant.astimezone(tz).replace(tzinfo=None, fold=0)
 
 
 @dataclass(frozen=True, order=True)
@@ -107,27 +145,34 @@ class Partition:
     def value(self) -> str:
         """The canonical value, e.g. ``2024-03-10`` for a daily partition."""
         w = self.wall
+        # Not strftime: its %Y does not zero-pad years before 1000 on every platform.
         match self.grain:
             case Grain.HOURLY:
-                return w.strftime("%Y-%m-%dT%H")
+                return f"{w.year:04d}-{w.month:02d}-{w.day:02d}T{w.hour:02d}"
             case Grain.DAILY:
-                return w.strftime("%Y-%m-%d")
+                return f"{w.year:04d}-{w.month:02d}-{w.day:02d}"
             case Grain.WEEKLY:
                 year, week, _ = w.date().isocalendar()
                 return f"{year:04d}-W{week:02d}"
             case Grain.MONTHLY:
-                return w.strftime("%Y-%m")
+                return f"{w.year:04d}-{w.month:02d}"
             case Grain.YEARLY:
                 return f"{w.year:04d}"
         raise AssertionError(self.grain)  # pragma: no cover
 
     def next(self) -> Partition:
-        """The partition right after this one."""
-        return Partition(self.grain, _step(self.grain, self.wall, +1), self.tz)
+        """The partition right after this one (stepping over partitions a DST jump skips)."""
+        return self._walk(+1)
 
     def previous(self) -> Partition:
-        """The partition right before this one."""
-        return Partition(self.grain, _step(self.grain, self.wall, -1), self.tz)
+        """The partition right before this one (stepping over partitions a DST jump skips)."""
+        return self._walk(-1)
+
+    def _walk(self, n: int) -> Partition:
+        part = Partition(self.grain, _step(self.grain, self.wall, n), self.tz)
+        while part.window.duration <= timedelta(0):
+            part = Partition(self.grain, _step(self.grain, part.wall, n), self.tz)
+        return part
 
     @property
     def window(self) -> Window:
@@ -140,18 +185,24 @@ class Partition:
 
 
 def _step(grain: Grain, wall: datetime, n: int) -> datetime:
-    match grain:
-        case Grain.HOURLY:
-            return wall + timedelta(hours=n)
-        case Grain.DAILY:
-            return wall + timedelta(days=n)
-        case Grain.WEEKLY:
-            return wall + timedelta(weeks=n)
-        case Grain.MONTHLY:
-            months = wall.year * 12 + (wall.month - 1) + n
-            return wall.replace(year=months // 12, month=months % 12 + 1)
-        case Grain.YEARLY:
-            return wall.replace(year=wall.year + n)
+    try:
+        match grain:
+            case Grain.HOURLY:
+                return wall + timedelta(hours=n)
+            case Grain.DAILY:
+                return wall + timedelta(days=n)
+            case Grain.WEEKLY:
+                return wall + timedelta(weeks=n)
+            case Grain.MONTHLY:
+                months = wall.year * 12 + (wall.month - 1) + n
+                return wall.replace(year=months // 12, month=months % 12 + 1)
+            case Grain.YEARLY:
+                return wall.replace(year=wall.year + n)
+    except (OverflowError, ValueError):
+        raise PlanError(
+            f"stepping {n:+d} {grain.value} partition(s) from {wall.isoformat()} leaves the supported years",
+            hint="use a partition between the years 0002 and 9998",
+        ) from None
     raise AssertionError(grain)  # pragma: no cover
 
 
@@ -192,12 +243,15 @@ def parse_partition(grain: Grain, value: str, tz: str = "UTC") -> Partition:
             f"`{value}` is not a valid {grain.value} partition: {exc}",
             hint=f"{grain.value} partitions are written {shape}, e.g. `{_EXAMPLES[grain]}`",
         ) from None
-    if wall.year < 1 or wall.year > 9998:
-        raise PlanError(f"`{value}` is outside the supported years 0001..9998")
+    if wall.year < 2 or wall.year > 9998:
+        raise PlanError(
+            f"`{value}` is outside the supported years 0002..9998",
+            hint=f"{grain.value} partitions are written {shape}, e.g. `{_EXAMPLES[grain]}`",
+        )
     part = Partition(grain, wall, tz)
     if part.window.duration <= timedelta(0):
         raise PlanError(
-            f"hour `{value}` does not exist in {tz}: a daylight-saving jump skips it",
+            f"{grain.value} partition `{value}` does not exist in {tz}: a clock change skips it entirely",
             hint=f"use `{part.next().value}`, which starts at the same instant",
         )
     return part
@@ -253,10 +307,7 @@ def partition_range(first: Partition, last: Partition) -> Iterator[Partition]:
 
 def latest_complete(grain: Grain, now: datetime, tz: str = "UTC") -> Partition:
     """The latest partition whose window has fully passed at ``now`` (an aware instant)."""
-    part = partition_of(grain, now, tz).previous()
-    while part.window.duration <= timedelta(0):
-        part = part.previous()
-    return part
+    return partition_of(grain, now, tz).previous()
 
 
 def is_timezone(name: str) -> bool:

@@ -83,9 +83,10 @@ def _read_quoted(text: str, i: int, path: str, line: int) -> tuple[str, int]:
 
 def lex_line(text: str, path: str, line: int) -> Annotation | None:
     """Lex a header line. Returns None for an empty comment (``--`` alone)."""
-    if not text.startswith("--"):
+    stripped = text.lstrip()
+    if not stripped.startswith("--"):
         raise AssertionError("header lines start with --")  # pragma: no cover
-    i = 2
+    i = len(text) - len(stripped) + 2  # columns count from the line as written, indentation included
     n = len(text)
     items: list[Arg] = []
     while True:
