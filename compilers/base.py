@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Effect, Role, Window
-from lakewrap.errors import Location, PlanError, UnsupportedError
+from lakewrap.errors import Location, ModelError, UnsupportedError
 from lakewrap.plan import Plan
 from lakewrap.spec import (
     AppendStrategy,
@@ -170,8 +170,9 @@ class Compiler:
 
     def columns(self, plan: Plan, why: str) -> tuple[str, ...]:
         if plan.columns is None:
-            raise PlanError(
+            raise ModelError(
                 f"{why} needs the model's column list, but the SELECT uses `*`",
+                location=Location(plan.model.path, plan.model.body_line),
                 hint="list the columns in the SELECT, declare them with `-- column <name> <type>`, "
                 "or compile where the lake is reachable so lakewrap can read them",
             )

@@ -7,6 +7,7 @@ registry; the body is parsed by sqlglot. Nothing here touches a database.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -106,7 +107,10 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
         kw.handle(ann, header)
 
     lines = text.splitlines()
-    body_text = "\n" * (body_line - 1) + "\n".join(lines[body_line - 1 :])
+    # The body exactly as written (line separators inside strings included), after blank lines that
+    # keep every line number equal to the file's.
+    header_chars = sum(len(line) for line in text.splitlines(keepends=True)[: body_line - 1])
+    body_text = "\n" * (body_line - 1) + text[header_chars:]
     _reject_stray_annotations(lines, body_line, rel, reg)
     statements = parse_body(body_text, rel)
     try:
@@ -126,14 +130,20 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
         upstreams = table_refs(query)
     else:
         output = None
+        _check_literal(statements, rel, body_text)
         refs: dict[str, TableRef] = {}
+        written: dict[str, TableRef] = {}
         for st in statements:
+            for ref in written_tables(st.tree):
+                written.setdefault(ref.key, ref)
             for ref in table_refs(st.tree):
                 refs.setdefault(ref.key, ref)
-        upstreams = tuple(refs.values())
+        upstreams = tuple(r for k, r in refs.items() if k not in written)
+        if header.target is None and len(written) == 1:
+            header.target = next(iter(written.values()))  # a literal model names the table it writes
     target = header.target or default_target(rel)
     upstreams = tuple(u for u in upstreams if u.key != target.key)
-    _check_parameters(statements, fields, rel, body_text)
+    _check_parameters(statements, fields, rel, body_text, _annotation_sql(header))
     _check_column_refs(header, output, fields, rel)
     if wrapped and fields["materialized"] == "snapshot":
         _check_snapshot_output(statements[0], rel, body_text)
@@ -327,7 +337,64 @@ def table_refs(tree: exp.Expr) -> tuple[TableRef, ...]:
     return tuple(refs.values())
 
 
-def _check_parameters(statements: tuple[Statement, ...], fields: dict[str, object], rel: str, body: str) -> None:
+_NOT_IN_LITERALS = (exp.Transaction, exp.Commit, exp.Rollback, exp.Attach, exp.Detach, exp.Use)
+
+
+def _check_literal(statements: tuple[Statement, ...], rel: str, body: str) -> None:
+    """A literal model runs inside lakewrap's transaction on the lake: no transaction control,
+    ATTACH/DETACH or USE, which would break the one-transaction guarantee."""
+    for st in statements:
+        tree = st.tree
+        keyword = tree.name.upper() if isinstance(tree, exp.Command) else ""
+        if isinstance(tree, _NOT_IN_LITERALS) or keyword in ("BEGIN", "COMMIT", "ROLLBACK", "ABORT", "CHECKPOINT",
+                                                              "ATTACH", "DETACH", "USE", "END"):
+            kind = keyword or type(tree).__name__.upper()
+            raise SqlError(
+                f"a literal model cannot run {kind}: lakewrap runs the statements in one transaction on the lake",
+                location=Location(rel, st.line, None, _line(body, st.line)),
+                hint="remove the statement; lakewrap sends BEGIN and COMMIT itself",
+            )
+
+
+def written_tables(tree: exp.Expr) -> tuple[TableRef, ...]:
+    """The tables a DML/DDL statement writes (INSERT, DELETE, UPDATE, MERGE, CREATE TABLE)."""
+    target: object = None
+    if isinstance(tree, (exp.Insert, exp.Delete, exp.Update, exp.Merge)):
+        target = tree.this
+        if isinstance(target, exp.Schema):
+            target = target.this
+    elif isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() in ("TABLE", "VIEW"):
+        target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    if isinstance(target, exp.Table) and isinstance(target.this, exp.Identifier) and target.name:
+        return (TableRef(schema_name=target.db or "main", name=target.name),)
+    return ()
+
+
+def _annotation_sql(header: Header) -> list[tuple[str, Location]]:
+    """SQL fragments written in annotations (merge predicate, test expressions) with their line."""
+    out: list[tuple[str, Location]] = []
+    if header.merge and header.merge.get("predicate"):
+        out.append((header.merge["predicate"], header.seen["unique_key"].at()))
+    for test in header.tests:
+        if "expression" in test.args:
+            out.append((test.args["expression"], Location(header.path, test.line)))
+    return out
+
+
+def _check_parameters(statements: tuple[Statement, ...], fields: dict[str, object], rel: str, body: str,
+                      fragments: Sequence[tuple[str, Location]] = ()) -> None:
+    import sqlglot
+
+    for text, where in fragments:
+        names = parameters(sqlglot.condition(text, dialect="duckdb"))
+        bad = sorted(names - set(PARTITION_PARAMETERS)) or (sorted(names) if fields["partition"] is None else [])
+        if bad:
+            raise AnnotationError(
+                f"`${bad[0]}` cannot be bound here",
+                location=where,
+                hint="annotation SQL may use $partition_start, $partition_end and $partition_value, "
+                "and only in a partitioned model",
+            )
     used: set[str] = set()
     for st in statements:
         if has_positional_parameter(st.tree):

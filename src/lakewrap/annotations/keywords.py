@@ -465,6 +465,7 @@ def _register_tests(reg: Registry) -> None:
             raise ann.error(f"`{ref.raw}` does not name a table and a column", column=ref.column,
                             hint=f"write `-- test {usage}`")
         table = table_ref(ann, Arg(parts[0], ref.column, raw=parts[0]))
+        h.declared_upstreams.append(table)  # the referenced table is built first
         return {"column": col.value, "to_table": str(table), "to_column": parts[1]}
 
     @reg.test_kind("row_count", usage="row_count [min=N] [max=N]", summary="the row count is within bounds")
