@@ -351,7 +351,7 @@ def _check_literal(statements: tuple[Statement, ...], rel: str, body: str) -> No
             kind = keyword or type(tree).__name__.upper()
             raise SqlError(
                 f"a literal model cannot run {kind}: lakewrap runs the statements in one transaction on the lake",
-                location=Location(rel, st.line, None, _line(body, st.line)),
+                location=node_location(st.tree, st, body, rel),
                 hint="remove the statement; lakewrap sends BEGIN and COMMIT itself",
             )
 
