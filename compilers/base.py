@@ -418,11 +418,23 @@ class Compiler:
         if s.hard_deletes == "new_record":
             conditions.insert(1, q.col("is_deleted", current))
         changes = (
-            exp.select(*(q.col(c, SOURCE) for c in columns), exp.alias_(valid_from, VALID_FROM, quoted=True))
+            exp.select(*(q.col(c, SOURCE) for c in columns))
             .from_(q.aliased(q.table(None, STAGE), SOURCE))
             .join(q.aliased(self.target(plan), current), on=joined, join_type="LEFT")
             .where(q.or_all(conditions))
         )
+        if s.strategy == "timestamp" and s.hard_deletes != "ignore":
+            # A key that left the source and came back may carry an old timestamp: its new version
+            # starts no earlier than the end of its last closed version (or its deletion record), so
+            # validity intervals never overlap.
+            prior = "prior"
+            last_to = (exp.select(*(q.col(k) for k in keys), exp.alias_(exp.Max(this=q.col("valid_to")), "last_to",
+                                                                        quoted=True))
+                       .from_(self.target(plan)).group_by(*(q.col(k) for k in keys)))
+            changes = changes.join(last_to.subquery(q.ident(prior)), on=q.keys_equal(keys, prior, SOURCE),
+                                   join_type="LEFT")
+            valid_from = exp.func("greatest", valid_from, q.col("valid_from", current), q.col("last_to", prior))
+        changes = changes.select(exp.alias_(valid_from, VALID_FROM, quoted=True))
         shapes.append(Shape("stage", exp.Create(
             this=q.table(None, CHANGES), kind="TABLE", replace=True,
             properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=changes),
