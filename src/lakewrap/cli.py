@@ -28,12 +28,13 @@ USAGE_ERRORS = (SelectionError, PlanError)
 def _fail(err: LakewrapError, debug: bool) -> None:
     if debug:
         raise err
+    code = 2 if isinstance(err, USAGE_ERRORS) else err.exit_code
+    if click.get_current_context().params.get("fmt") == "json":  # tools get the error as JSON on stdout
+        sys.stdout.write(json.dumps({"ok": False, "exit_code": code, **err.to_dict()}, indent=2) + "\n")
     from rich.console import Console
-
     from rich.markup import escape
 
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(err.render())}")
-    code = 2 if isinstance(err, USAGE_ERRORS) else err.exit_code
     sys.exit(code)
 
 

@@ -77,6 +77,11 @@ def bind_time(part: TimePartitioning, value: str | None, now: datetime | None = 
         p = latest_complete(grain, now or datetime.now(timezone.utc), part.tz)
     else:
         p = parse_partition(grain, value, part.tz)
+        if part.start is not None and p < parse_partition(grain, part.start, part.tz):
+            raise PlanError(
+                f"partition {p.value} is before the model's first partition, start={part.start}",
+                hint="pick a partition from start= on, or change start= in the model's `-- partitioned` line",
+            )
     first: Partition = p
     for _ in range(part.lookback):
         first = first.previous()

@@ -8,12 +8,11 @@ tables it reads.
 from __future__ import annotations
 
 import graphlib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakewrap.errors import Location, ModelError, ProjectError, SelectionError, suggest
+from lakewrap.errors import Location, ProjectError, SelectionError, suggest
 from lakewrap.parse import parse_model
 from lakewrap.spec import ModelSpec
 
@@ -172,16 +171,3 @@ class Project:
                     seen.add(n)
                     todo.append(n)
         return seen
-
-
-_SELECTOR = re.compile(r"^\+?[^\s]+\+?$")
-
-
-def check_selector(text: str) -> None:
-    """Reject selectors with whitespace inside (a common quoting mistake)."""
-    if not _SELECTOR.match(text):
-        raise SelectionError(f"cannot read selector `{text}`", hint="pass several selectors as separate arguments")
-
-
-def model_error_path(err: ModelError) -> str | None:
-    return err.location.path if err.location else None

@@ -53,7 +53,7 @@ class RunReport:
 
 
 def partitions_for(spec: ModelSpec, partition: str | None, start: str | None, end: str | None) -> list[str | None]:
-    """The partition values a run materializes for ``spec``."""
+    """The partition values a run materializes for ``spec`` (each one checked)."""
     part = spec.partition
     if not isinstance(part, TimePartitioning):
         return [None]
@@ -63,10 +63,38 @@ def partitions_for(spec: ModelSpec, partition: str | None, start: str | None, en
         try:
             first = parse_partition(Grain(part.grain), start, part.tz)
             last = parse_partition(Grain(part.grain), end, part.tz)
+            return [p.value for p in partition_range(first, last)]
         except PlanError as exc:
             raise PlanError(f"{spec.path}: {exc.message}", hint=exc.hint) from None
-        return [p.value for p in partition_range(first, last)]
+    if partition is not None:
+        try:
+            parse_partition(Grain(part.grain), partition, part.tz)
+        except PlanError as exc:
+            raise PlanError(f"{spec.path}: {exc.message}", hint=exc.hint) from None
     return [partition]
+
+
+def plan_partitions(specs: Sequence[ModelSpec], partition: str | None, start: str | None,
+                    end: str | None) -> list[list[str | None]]:
+    """Each selected model's partition values, all checked before anything runs.
+
+    A bad value, a reversed range, or a partition for a selection without any time-partitioned
+    model is a usage error, raised before the first materialization commits.
+    """
+    if partition is not None and (start is not None or end is not None):
+        raise PlanError("give either --partition or --start/--end, not both")
+    if (start is None) != (end is None):
+        raise PlanError("give both --start and --end", hint="e.g. --start 2024-01-01 --end 2024-01-31")
+    given = "--partition" if partition is not None else "--start/--end" if start is not None else None
+    if given and specs and not any(isinstance(s.partition, TimePartitioning) for s in specs):
+        if len(specs) == 1:
+            spec = specs[0]
+            kind = "has a dynamic (watermark) partition" if spec.partition is not None else "is not partitioned"
+            raise PlanError(f"{spec.path}: model `{spec.target}` {kind}; it takes no {given}",
+                            hint=f"drop {given}")
+        raise PlanError(f"none of the {len(specs)} selected models is time-partitioned; {given} does not apply",
+                        hint=f"drop {given}, or select a partitioned model")
+    return [partitions_for(spec, partition, start, end) for spec in specs]
 
 
 def watermark_of(con: Any, target: str) -> datetime | None:
@@ -117,11 +145,10 @@ def run_project(
     root = root.resolve()
     now = now or datetime.now(timezone.utc)
     run_id = run_id or new_run_id(now)
-    if partition is not None and (start is not None or end is not None):
-        raise PlanError("give either --partition or --start/--end, not both")
     cache = _Cache.open(root, True)
     project = load_project(root, cache)
     selected = project.select(selectors, exclude)
+    partitions = plan_partitions(selected, partition, start, end)
     lake = Lake.open(root)
     report = RunReport(run_id=run_id, started_at=now.isoformat())
     folder = root / "target" / "run" / run_id
@@ -129,9 +156,8 @@ def run_project(
     try:
         executor = Executor(lake, run_id, folder, strict=strict)
         failed: set[str] = set()
-        for spec in selected:
+        for spec, values in zip(selected, partitions, strict=True):
             ups = {u.target.key for u in project.upstream_models(spec)}
-            values = partitions_for(spec, partition, start, end)
             for i, value in enumerate(values):
                 if ups & failed:
                     result = Result(model=spec.path, target=str(spec.target), partition=value,
@@ -163,7 +189,9 @@ def materialize_spec(con: Any, executor: Executor, spec: ModelSpec, value: str |
         return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
                       status="failed", error=executor.lake.redact(f"{spec.path}: {exc}"),
                       error_class=type(exc).__name__)
-    return executor.materialize(con, compiled, drop_first=drop_first and spec.strategy.kind != "literal")
+    # table and view plans replace the whole target anyway; literal models write what they write.
+    rebuilds = spec.strategy.kind in ("delete+insert", "merge", "append", "snapshot")
+    return executor.materialize(con, compiled, drop_first=drop_first and rebuilds)
 
 
 def write_results(root: Path, folder: Path, report: RunReport) -> None:
