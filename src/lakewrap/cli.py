@@ -189,7 +189,7 @@ def query_cmd(statement: str, fmt: str, project: Path) -> None:
 
     result = query(project, statement)
     if fmt == "json":
-        rows = [dict(zip(result.columns, row)) for row in result.rows]
+        rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
         sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
     elif fmt == "csv":
         import csv
@@ -198,7 +198,6 @@ def query_cmd(statement: str, fmt: str, project: Path) -> None:
         writer.writerow(result.columns)
         writer.writerows(result.rows)
     else:
-        from rich.console import Console
         from rich.table import Table
 
         table = Table()
@@ -222,7 +221,6 @@ def status_cmd(selectors: tuple[str, ...], fmt: str, project: Path) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps([r.to_dict() for r in rows], indent=2, default=str) + "\n")
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table()
@@ -249,7 +247,6 @@ def history_cmd(model: str, fmt: str, project: Path) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table()
