@@ -43,6 +43,11 @@ def attach_ducklake(catalog: str, alias: str, data_path: str, options: dict[str,
                               f"({rendered})"))
 
 
+def detach(alias: str) -> str:
+    """``DETACH alias``."""
+    return q.render(q.command("DETACH", q.ident(alias)))
+
+
 def use(alias: str) -> str:
     return q.render(exp.Use(this=exp.Table(this=q.ident(alias))))
 
@@ -87,7 +92,7 @@ def fence_table(target: str) -> exp.Table:
 
 
 def fence_ddl(target: str) -> list[str]:
-    """Create the fence table and its single row (run outside the materialization's transaction)."""
+    """Create the fence table and its single row (in a model's first materialization transaction)."""
     tbl = fence_table(target)
     create = exp.Create(
         this=exp.Schema(this=tbl, expressions=[
@@ -168,9 +173,17 @@ def drop_table(schema: str, name: str) -> str:
 
 
 def seed_table(schema: str, name: str) -> tuple[str, str]:
-    """(create schema, replace table): a seed table from a CSV (the path is the parameter ``$path``)."""
+    """(create schema, replace table): a seed table from a CSV (the path is the parameter ``$path``).
+
+    The dialect is fixed (RFC 4180: a header line, ``,`` between fields, ``"`` quoting and ``""``
+    inside quotes, no lines skipped); only the column types are detected. Left to its sniffer, DuckDB
+    reads a file with ragged rows as one column, or takes a longer later line as the header and
+    loads no rows, without an error.
+    """
+    dialect = {"header": exp.true(), "delim": exp.Literal.string(","), "quote": exp.Literal.string('"'),
+               "escape": exp.Literal.string('"'), "skip": exp.Literal.number(0)}
     read = exp.Anonymous(this="read_csv", expressions=[
-        q.param("path"), exp.EQ(this=exp.column("header"), expression=exp.true()),
+        q.param("path"), *(exp.EQ(this=exp.column(k), expression=v) for k, v in dialect.items()),
     ])
     create = exp.Create(this=q.table(schema, name), kind="TABLE", replace=True,
                         expression=exp.select(exp.Star()).from_(exp.Table(this=read)))

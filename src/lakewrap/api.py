@@ -171,7 +171,7 @@ def materialize(
         con.register(INPUT, scan)
         result = Executor(handle, run_id, folder).materialize(con, compiled)
     finally:
-        con.close()
+        handle.close(con)
     report = RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
                        finished_at=datetime.now(timezone.utc).isoformat())
     write_results(handle.root, folder, report)

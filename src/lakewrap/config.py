@@ -69,7 +69,9 @@ class LakeConfig(Frozen):
     @field_validator("dsn")
     @classmethod
     def _no_password(cls, v: str | None) -> str | None:
-        if v is not None and re.search(r"(^|\s)password\s*=", v):
+        # key=value form (`password=...`) or URI form (`postgresql://user:secret@host/db`)
+        if v is not None and (re.search(r"(^|\s)password\s*=", v, re.IGNORECASE)
+                              or re.search(r"://[^/@\s]*:[^/@\s]*@", v)):
             raise ValueError("do not put a password in the dsn; set PGPASSWORD or use ~/.pgpass")
         return v
 
@@ -106,8 +108,9 @@ class ProjectConfig(Frozen):
 
 
 def _find_line(text: str, key: str) -> int | None:
+    """The line of ``key = ...``, or of a table header ``[key]`` / ``[lake.key]``."""
     for i, line in enumerate(text.splitlines(), 1):
-        if re.match(rf"\s*{re.escape(key)}\s*=", line):
+        if re.match(rf"\s*{re.escape(key)}\s*=", line) or re.match(rf"\s*\[\s*([\w.]+\.)?{re.escape(key)}\s*\]", line):
             return i
     return None
 
@@ -128,6 +131,8 @@ def load_config(root: Path) -> ProjectConfig:
         m = re.search(r"line (\d+), column (\d+)", str(exc))
         line, col = (int(m.group(1)), int(m.group(2))) if m else (None, None)
         snippet = text.splitlines()[line - 1] if line and line <= len(text.splitlines()) else None
+        if snippet is not None and any(w in snippet.lower() for w in (*_SECRET_WORDS, "dsn")):
+            snippet = None  # the broken line may hold a credential: never echo it
         raise ConfigError(f"lakewrap.toml is not valid TOML: {str(exc).split(' (at')[0]}",
                           location=Location(CONFIG_FILE, line, col, snippet),
                           hint="check quotes and brackets; see docs/configuration.md") from None

@@ -56,7 +56,7 @@ def query(root: Path, text: str) -> QueryResult:
     except Exception as exc:
         raise ExecutionError(lake.redact(str(exc)).strip()) from None
     finally:
-        con.close()
+        lake.close(con)
 
 
 def query_arrow(root: Path, text: str) -> Any:
@@ -65,11 +65,11 @@ def query_arrow(root: Path, text: str) -> Any:
     lake = Lake.open(root.resolve(), read_only=True)
     con = lake.connect()
     try:
-        return con.execute(text).fetch_arrow_table()
+        return con.execute(text).to_arrow_table()
     except Exception as exc:
         raise ExecutionError(lake.redact(str(exc)).strip()) from None
     finally:
-        con.close()
+        lake.close(con)
 
 
 @dataclass
@@ -124,7 +124,7 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
             st.failures = failures_since(root, target, st.last_committed_at)
             out.append(st)
     finally:
-        con.close()
+        lake.close(con)
     return out
 
 
@@ -157,7 +157,7 @@ def history(root: Path, model: str) -> list[dict[str, Any]]:
     try:
         rows = _state_rows(con, sql.history(lake.alias), {"target": str(spec.target)})
     finally:
-        con.close()
+        lake.close(con)
     keys = ["snapshot_id", "run_id", "partition", "strategy", "rows_inserted", "rows_updated", "rows_deleted",
             "sql_sha256", "committed_at", "pins"]
     out = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -172,7 +173,7 @@ def run_project(
         if cache is not None:
             cache.save()
     finally:
-        con.close()
+        lake.close(con)
         report.finished_at = datetime.now(timezone.utc).isoformat()
         write_results(root, folder, report)
     return report
@@ -184,7 +185,7 @@ def materialize_spec(con: Any, executor: Executor, spec: ModelSpec, value: str |
         compiled = compile_plan(plan_model(con, spec, value, now), cache)
     except LakewrapError as exc:
         return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
-                      status="failed", error=exc.render(), error_class=type(exc).__name__)
+                      status="failed", error=executor.lake.redact(exc.render()), error_class=type(exc).__name__)
     except Exception as exc:  # the column probe ran the model's SELECT: a DuckDB error
         return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
                       status="failed", error=executor.lake.redact(f"{spec.path}: {exc}"),
@@ -198,7 +199,8 @@ def write_results(root: Path, folder: Path, report: RunReport) -> None:
     text = json.dumps(report.to_dict(), indent=2, default=str)
     folder.mkdir(parents=True, exist_ok=True)
     for path in (folder / "results.json", root / "target" / "run_results.json"):
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        # one temporary file per writer: threads of one process (``materialize`` on a shared lake) too
+        tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
 
@@ -239,7 +241,7 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
             result = executor.materialize(con, compiled)
             report.results.append(result)
     finally:
-        con.close()
+        lake.close(con)
         report.finished_at = datetime.now(timezone.utc).isoformat()
         write_results(root, folder, report)
     return report

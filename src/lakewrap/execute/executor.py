@@ -27,42 +27,14 @@ from lakewrap import __version__
 from lakewrap.compilers import lake as sql
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.compilers.base import STAGE
-from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
+from lakewrap.errors import ExecutionError, LakewrapError
 from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
+from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable
 
 Status = Literal["success", "unchanged", "failed", "skipped"]
 
-# Error texts DuckLake 1.5.5 gives for a concurrent commit; retrying the whole transaction succeeds.
-RETRYABLE = (
-    "Transaction conflict",
-    "Failed to commit DuckLake transaction",
-    "database is locked",
-    "Conflict_409",
-    "CommitFailedException",
-    "ducklake_snapshot_pkey",
-    "could not serialize access",
-)
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """Whether re-running the whole transaction may succeed (a conflict or a busy catalog)."""
-    if isinstance(exc, TransientExecutionError):
-        return True
-    text = str(exc)
-    return any(marker in text for marker in RETRYABLE)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Capped, jittered exponential backoff for retryable errors."""
-
-    attempts: int = 10
-    base: float = 0.05
-    cap: float = 2.0
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        return float(rng.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1))))
+__all__ = ["RETRYABLE", "Executor", "Result", "RetryPolicy", "StrictRefusal", "is_retryable"]
 
 
 @dataclass
@@ -100,7 +72,7 @@ class Executor:
     lake: Lake
     run_id: str
     log_dir: Path
-    policy: RetryPolicy = RetryPolicy()
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
     strict: bool = False
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], None] = time.sleep
@@ -118,7 +90,6 @@ class Executor:
                         strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
         log = StatementLog(self.log_dir, compiled, self.lake.redact)
         try:
-            self._ensure_fence(con, compiled.target, log)
             for attempt in range(1, self.policy.attempts + 1):
                 result.attempts = attempt
                 try:
@@ -126,6 +97,9 @@ class Executor:
                     break
                 except Exception as exc:
                     self._rollback(con, log)
+                    # rolled back: nothing was written, and a retry counts (and warns) afresh
+                    result.rows_inserted = result.rows_updated = result.rows_deleted = 0
+                    result.warnings.clear()
                     if not is_retryable(exc) or attempt == self.policy.attempts:
                         raise
                     delay = self.policy.delay(attempt, self.rng)
@@ -138,6 +112,7 @@ class Executor:
             result.error_class = "RetryableError" if is_retryable(exc) else type(exc).__name__
         finally:
             result.seconds = time.perf_counter() - started
+            result.warnings = [self.lake.redact(w) for w in result.warnings]  # they quote DuckDB errors
             log.close(result.status, result.error)
         return result
 
@@ -148,8 +123,12 @@ class Executor:
         inserted = updated = deleted = 0
         stage_rows: int | None = None
         started_at = datetime.now(timezone.utc)
+        create_fence = not self._fence_exists(con, compiled.target, log)
         log.run(con, sql.BEGIN)
         pin = log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0]
+        if create_fence:  # a model's first run creates its fence in the same transaction as its data
+            for stmt in sql.fence_ddl(compiled.target):
+                log.run(con, stmt)
         if drop_first:
             schema, name = compiled.target.split(".", 1)
             log.run(con, sql.drop_table(schema, name))
@@ -210,8 +189,13 @@ class Executor:
         log.run(con, sql.set_commit_message(self.lake.alias),
                 {"author": "lakewrap", "message": message, "extra_info": json.dumps(extra)})
         log.run(con, sql.COMMIT)
-        result.snapshot_id = int(log.run(con, sql.last_committed_snapshot(self.lake.alias)).fetchone()[0])
+        # Committed: nothing after this point may turn the result into a failure or a retry (a
+        # retry would apply the write twice, e.g. an append).
         result.status = "success"
+        try:
+            result.snapshot_id = int(log.run(con, sql.last_committed_snapshot(self.lake.alias)).fetchone()[0])
+        except Exception as exc:
+            result.warnings.append(f"committed, but its snapshot id could not be read: {str(exc).strip()}")
 
     def _execute(self, con: Any, st: CompiledStatement, log: StatementLog) -> Any:
         params = {k: v.python() for k, v in st.params.items()}
@@ -227,20 +211,21 @@ class Executor:
         except Exception as exc:  # no transaction open (it failed before BEGIN took): nothing to undo
             log.note(f"rollback: {exc}")
 
-    def _ensure_fence(self, con: Any, target: str, log: StatementLog) -> None:
-        """Create the model's fence row once, in its own transaction (retried on conflicts)."""
+    def _fence_exists(self, con: Any, target: str, log: StatementLog) -> bool:
+        """Whether the model's fence row exists (remembered once seen).
+
+        A count of the fence's rows is cheap (0.02 s; see benchmarks/strategies.py). Before a model's
+        first run the table does not exist: its first materialization creates it inside its own
+        transaction, so a failed first run leaves nothing behind, and two concurrent first runs
+        conflict on the fence table like any later pair.
+        """
         if target in self.fences:
-            return
-        for attempt in range(1, self.policy.attempts + 1):
-            try:
-                log.run(con, sql.BEGIN)
-                for stmt in sql.fence_ddl(target):
-                    log.run(con, stmt)
-                log.run(con, sql.COMMIT)
-                break
-            except Exception as exc:
-                self._rollback(con, log)
-                if not is_retryable(exc) or attempt == self.policy.attempts:
-                    raise
-                self.sleep(self.policy.delay(attempt, self.rng))
-        self.fences.add(target)
+            return True
+        fence = sql.fence_table(target)
+        try:
+            found = bool(log.run(con, sql.count_rows(fence.db, fence.name)).fetchone()[0] > 0)
+        except Exception:  # the fence table does not exist yet
+            found = False
+        if found:
+            self.fences.add(target)
+        return found

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,10 @@ from lakewrap.compilers import lake as sql
 from lakewrap.config import LakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, relpath
 from lakewrap.execute import extensions
+from lakewrap.execute.retry import retrying
+
+# Where lakewrap takes credentials from; their values are redacted from every message and log.
+CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "PGPASSWORD")
 
 
 @dataclass
@@ -31,6 +37,7 @@ class Lake:
     secrets: list[str] = field(default_factory=list)
     _state_ready: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _shared: Any = field(default=None, repr=False)  # the instance ``shared()`` hands out cursors of
 
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> Lake:
@@ -48,11 +55,16 @@ class Lake:
         return self.config.alias
 
     def redact(self, text: str) -> str:
-        """Remove every known secret value (and the project's absolute path) from ``text``."""
-        for secret in self.secrets:
-            if secret:
-                text = text.replace(secret, "***")
-        return text.replace(str(self.root) + os.sep, "").replace(str(self.root), ".")
+        """Remove the project's absolute path and every credential value from ``text``.
+
+        Credentials are the values lakewrap handed to DuckDB and, whether used yet or not, those of
+        the environment variables lakewrap reads them from (:data:`CREDENTIAL_ENV`).
+        """
+        text = text.replace(str(self.root) + os.sep, "").replace(str(self.root), ".")
+        values = {*self.secrets, *(os.environ.get(name) for name in CREDENTIAL_ENV)}
+        for secret in sorted((v for v in values if v), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
 
     def catalog_spec(self) -> str:
         cfg = self.config
@@ -71,7 +83,68 @@ class Lake:
         raise AssertionError(cfg.catalog)  # pragma: no cover
 
     def connect(self) -> Any:
-        """A new DuckDB connection with the lake attached and selected (``USE``)."""
+        """A new DuckDB connection with the lake attached and selected (``USE``).
+
+        Inside ``with lake.shared():`` it is instead a new cursor on the one shared instance.
+        """
+        shared = self._shared
+        if shared is not None:
+            cursor = shared.cursor()
+            self._session(cursor)
+            return cursor
+        return self._open()
+
+    @contextmanager
+    def shared(self) -> Iterator[Lake]:
+        """Let threads share one DuckDB instance: inside the block ``connect()`` returns cursors of it.
+
+        A DuckDB-file catalog admits one DuckDB instance per process (a second ATTACH in the same
+        process fails with "Unique file handle conflict"). Each cursor is its own connection (own
+        transaction, own temporary tables and registered inputs), so threads materialize
+        concurrently and DuckLake's conflict detection and the executor's retries apply between
+        them as between processes.
+
+        A SQLite catalog is refused: on DuckLake 1.5.5 cursors of one instance writing to it
+        concurrently wedge it ("database is locked" on every later statement of the process, also
+        for new cursors, until the process exits). Run one process per writer there instead.
+        """
+        if self.config.catalog == "sqlite":
+            raise ConfigError(
+                "threads cannot share a lake whose catalog is SQLite",
+                location=Location("lakewrap.toml"),
+                hint="run one process per writer (each with its own connection), "
+                "or use catalog = \"duckdb\" or \"postgres\"",
+            )
+        if self._shared is not None:
+            raise ExecutionError("this lake is already shared by a `with lake.shared():` block")
+        base = self._open()
+        self._shared = base
+        try:
+            yield self
+        finally:
+            self._shared = None
+            self.close(base)
+
+    def close(self, con: Any) -> None:
+        """Close a connection :meth:`connect` returned (inside ``shared()``: only that cursor).
+
+        A connection of its own DETACHes the lake first: after a DuckLake COMMIT fails (a conflict),
+        DuckDB 1.5.5 does not free the instance on ``close()``, so its catalog would stay attached
+        in this process (a DuckDB-file catalog then refuses every later ATTACH here with "Unique
+        file handle conflict"; a PostgreSQL catalog keeps its connection open).
+        """
+        if self._shared is None:
+            with suppress(Exception):  # closing anyway
+                con.execute(sql.use("memory"))
+                con.execute(sql.detach(self.alias))
+        con.close()
+
+    def _session(self, con: Any) -> None:
+        """The per-connection settings ``_open`` makes, for a cursor (which inherits neither)."""
+        con.execute(sql.set_option("TimeZone", "UTC"))
+        con.execute(sql.use(self.config.alias))
+
+    def _open(self) -> Any:
         import duckdb
 
         cfg = self.config
@@ -88,21 +161,34 @@ class Lake:
         if cfg.is_s3:
             self._s3_secret(con)
         data = cfg.data_location(self.root)
-        if not cfg.is_s3:
-            Path(data).mkdir(parents=True, exist_ok=True)
         options: dict[str, int | str | bool] = {}
         if cfg.data_inlining_row_limit is not None:
             options["DATA_INLINING_ROW_LIMIT"] = cfg.data_inlining_row_limit
         if self.read_only:
             options["READ_ONLY"] = True
         try:
-            con.execute(sql.attach_ducklake(self.catalog_spec(), cfg.alias, data, options))
+            if not cfg.is_s3:
+                Path(data).mkdir(parents=True, exist_ok=True)
+            catalog = self.catalog_spec()  # creates a catalog file's folder
+        except OSError as exc:
+            con.close()
+            where = relpath(Path(exc.filename), self.root) if exc.filename else "a folder"
+            raise ExecutionError(f"cannot attach the lake: cannot create {where}: {exc.strerror}",
+                                 hint="check path and data_path in lakewrap.toml") from None
+        try:
+            # a SQLite catalog another process is creating or writing answers "database is locked"
+            attach = sql.attach_ducklake(catalog, cfg.alias, data, options)
+            retrying(lambda: con.execute(attach))
         except duckdb.Error as exc:
             con.close()
             raise self.attach_error(exc) from None
         con.execute(sql.use(cfg.alias))
         if not self.read_only:
-            self.ensure_state(con)
+            try:
+                self.ensure_state(con)
+            except Exception:
+                self.close(con)
+                raise
         return con
 
     def attach_error(self, exc: Exception) -> ExecutionError:
@@ -128,10 +214,9 @@ class Lake:
         token = os.environ.get("AWS_SESSION_TOKEN")
         if key and secret:
             options["key_id"], options["secret"] = key, secret
-            self.secrets += [key, secret]
             if token:
                 options["session_token"] = token
-                self.secrets.append(token)
+            self.secrets += [v for v in (key, secret, token) if v and v not in self.secrets]
         try:
             con.execute(sql.create_s3_secret(options))
         except Exception as exc:  # the statement holds credentials: never show it
@@ -142,12 +227,16 @@ class Lake:
         with self._lock:
             if self._state_ready:
                 return
-            con.execute(sql.BEGIN)
-            try:
-                for stmt in sql.state_ddl():
-                    con.execute(stmt)
-                con.execute(sql.COMMIT)
-            except Exception:
-                con.execute(sql.ROLLBACK)
-                raise
+            retrying(lambda: self._create_state(con))  # other processes may be creating them too
             self._state_ready = True
+
+    def _create_state(self, con: Any) -> None:
+        con.execute(sql.BEGIN)
+        try:
+            for stmt in sql.state_ddl():
+                con.execute(stmt)
+            con.execute(sql.COMMIT)
+        except Exception:
+            with suppress(Exception):  # a failed COMMIT has already ended the transaction
+                con.execute(sql.ROLLBACK)
+            raise
