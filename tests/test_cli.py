@@ -98,7 +98,8 @@ def test_unknown_option_exits_2(shop: Path) -> None:
 
 
 def test_model_error_exits_1_and_names_the_file(shop: Path) -> None:
-    (shop / "models" / "sales" / "broken.sql").write_text("-- materialized incremental\n-- partitoned daily\nSELECT 1 AS x\n")
+    broken = "-- materialized incremental\n-- partitoned daily\nSELECT 1 AS x\n"
+    (shop / "models" / "sales" / "broken.sql").write_text(broken)
     code, out, err = run("compile", "--project", str(shop))
     assert code == 1
     assert "models/sales/broken.sql:2:4" in err

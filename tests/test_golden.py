@@ -35,7 +35,11 @@ PARTITIONS = {
 
 def compile_case(case: str) -> CompiledPlan:
     (plan,) = compile_project(
-        PROJECT, [f"path:models/golden/{case}.sql"], partition=PARTITIONS.get(case, "2024-01-02"), now=NOW, use_cache=False
+        PROJECT,
+        [f"path:models/golden/{case}.sql"],
+        partition=PARTITIONS.get(case, "2024-01-02"),
+        now=NOW,
+        use_cache=False,
     )
     return plan
 
@@ -94,5 +98,5 @@ def test_select_star_merge_without_columns_is_a_clear_error(tmp_path: Path) -> N
     models = tmp_path / "models"
     models.mkdir()
     (models / "m.sql").write_text("-- materialized incremental\n-- unique_key id\nSELECT * FROM raw.t\n")
-    with pytest.raises(ModelError, match="needs the model.s column list"):
+    with pytest.raises(ModelError, match=r"needs the model's column list"):
         compile_project(tmp_path, use_cache=False)
