@@ -182,7 +182,11 @@ class Lake:
         except duckdb.Error as exc:
             con.close()
             raise self.attach_error(exc) from None
-        con.execute(sql.use(cfg.alias))
+        try:
+            retrying(lambda: con.execute(sql.use(cfg.alias)))  # reads the catalog: may be locked too
+        except duckdb.Error as exc:
+            self.close(con)
+            raise self.attach_error(exc) from None
         if not self.read_only:
             try:
                 self.ensure_state(con)

@@ -25,6 +25,7 @@ RETRYABLE = (
     "CommitFailedException",
     "ducklake_snapshot_pkey",
     "could not serialize access",
+    "Failed to query most recent snapshot",  # a SQLite catalog locked by a concurrent commit
 )
 
 
