@@ -421,7 +421,8 @@ def test_two_processes_writing_the_same_new_partition_never_duplicate(tmp_path: 
     outputs = dict(queue.get(timeout=900) for _ in procs)
     for p in procs:
         p.join(timeout=60)
-    assert all(isinstance(out, list) for out in outputs.values()), outputs
+    assert all(isinstance(out, list) for out in outputs.values()), "\n".join(
+        out for out in outputs.values() if isinstance(out, str))
     assert all(row[1] == "success" for out in outputs.values() for row in out), outputs
     attempts = [(a[2], b[2]) for a, b in zip(outputs[0], outputs[1], strict=True)]
     with connected(root) as con:
@@ -498,8 +499,10 @@ def _disjoint_writer(root: str, worker: int, ks: list[int], barrier: Any, queue:
                                run_id=f"worker-{worker}-part-{k:02d}")
             out.append((k, res.status, res.attempts, res.error))
         queue.put((worker, out))
-    except BaseException as exc:
-        queue.put((worker, repr(exc)))
+    except BaseException:
+        import traceback
+
+        queue.put((worker, traceback.format_exc()))
 
 
 @pytest.mark.slow
@@ -521,7 +524,8 @@ def test_four_processes_on_disjoint_partitions_of_one_table(tmp_path: Path) -> N
     wall = time.perf_counter() - started
     for p in procs:
         p.join(timeout=60)
-    assert all(isinstance(out, list) for out in outputs.values()), outputs
+    assert all(isinstance(out, list) for out in outputs.values()), "\n".join(
+        out for out in outputs.values() if isinstance(out, str))
     results = [row for out in outputs.values() for row in out]
     failed = [row for row in results if row[1] != "success"]
     assert failed == []

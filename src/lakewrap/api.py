@@ -23,7 +23,8 @@ from typing import Any, Literal
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.errors import PlanError
 from lakewrap.execute.executor import Executor, Result
-from lakewrap.execute.lake import Lake
+from lakewrap.execute.lake import CONNECT_RETRY, Lake
+from lakewrap.execute.retry import retrying
 from lakewrap.inspect import ModelStatus
 from lakewrap.partitions import Grain
 from lakewrap.runner import RunReport, new_run_id, write_results
@@ -168,7 +169,8 @@ def materialize(
     folder = handle.root / "target" / "run" / run_id
     con = handle.connect()
     try:
-        con.register(INPUT, scan)
+        # registering reads the lake's catalog, which a concurrent commit may hold (SQLite)
+        retrying(lambda: con.register(INPUT, scan), CONNECT_RETRY)
         result = Executor(handle, run_id, folder).materialize(con, compiled)
     finally:
         handle.close(con)

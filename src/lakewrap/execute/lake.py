@@ -15,7 +15,12 @@ from lakewrap.compilers import lake as sql
 from lakewrap.config import LakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, relpath
 from lakewrap.execute import extensions
-from lakewrap.execute.retry import retrying
+from lakewrap.execute.retry import RetryPolicy, retrying
+
+# A SQLite catalog answers "database is locked" at once while another process commits (DuckLake
+# has no busy timeout for it); on a loaded machine a commit can hold the lock for seconds, so the
+# connection phase waits longer than a materialization's conflict retries (up to about 50 s).
+CONNECT_RETRY = RetryPolicy(attempts=30, base=0.05, cap=2.0)
 
 # Where lakewrap takes credentials from; their values are redacted from every message and log.
 CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "PGPASSWORD")
@@ -178,12 +183,12 @@ class Lake:
         try:
             # a SQLite catalog another process is creating or writing answers "database is locked"
             attach = sql.attach_ducklake(catalog, cfg.alias, data, options)
-            retrying(lambda: con.execute(attach))
+            retrying(lambda: con.execute(attach), CONNECT_RETRY)
         except duckdb.Error as exc:
             con.close()
             raise self.attach_error(exc) from None
         try:
-            retrying(lambda: con.execute(sql.use(cfg.alias)))  # reads the catalog: may be locked too
+            retrying(lambda: con.execute(sql.use(cfg.alias)), CONNECT_RETRY)  # reads the catalog: may be locked
         except duckdb.Error as exc:
             self.close(con)
             raise self.attach_error(exc) from None
@@ -231,7 +236,7 @@ class Lake:
         with self._lock:
             if self._state_ready:
                 return
-            retrying(lambda: self._create_state(con))  # other processes may be creating them too
+            retrying(lambda: self._create_state(con), CONNECT_RETRY)  # others may be creating them too
             self._state_ready = True
 
     def _create_state(self, con: Any) -> None:

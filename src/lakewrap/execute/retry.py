@@ -41,9 +41,9 @@ def is_retryable(exc: BaseException) -> bool:
 class RetryPolicy:
     """Capped, jittered exponential backoff for retryable errors."""
 
-    attempts: int = 10
+    attempts: int = 20
     base: float = 0.05
-    cap: float = 2.0
+    cap: float = 3.0
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return float(rng.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1))))
