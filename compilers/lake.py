@@ -190,11 +190,6 @@ def seed_table(schema: str, name: str) -> tuple[str, str]:
     return q.render(exp.Create(this=exp.Table(db=q.ident(schema)), kind="SCHEMA", exists=True)), q.render(create)
 
 
-def describe_query(query: str) -> str:
-    """``DESCRIBE <query>`` for a model's SELECT text (used to learn ``SELECT *`` columns)."""
-    return q.render(q.command("DESCRIBE", query))
-
-
 def create_s3_secret(options: dict[str, str | bool]) -> str:
     """``CREATE OR REPLACE SECRET lakewrap_s3 (TYPE s3, ...)``.
 

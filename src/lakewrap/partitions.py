@@ -308,12 +308,3 @@ def partition_range(first: Partition, last: Partition) -> Iterator[Partition]:
 def latest_complete(grain: Grain, now: datetime, tz: str = "UTC") -> Partition:
     """The latest partition whose window has fully passed at ``now`` (an aware instant)."""
     return partition_of(grain, now, tz).previous()
-
-
-def is_timezone(name: str) -> bool:
-    """Whether ``name`` is a known IANA time zone."""
-    try:
-        zone(name)
-    except PlanError:
-        return False
-    return True
