@@ -26,7 +26,7 @@ from lakewrap.spec import (
     TimePartitioning,
     ViewStrategy,
 )
-from lakewrap.sqltext import parameters, parse_body
+from lakewrap.sqltext import parameters, parse_body, take_query
 
 STAGE = "__lakewrap_stage"
 CHANGES = "__lakewrap_changes"
@@ -184,8 +184,7 @@ class Compiler:
 
     def query(self, plan: Plan) -> exp.Query:
         """A fresh copy of the model's SELECT AST (parsed once per process), window bounds comparable."""
-        statements = parse_body(plan.model.sql, plan.model.path)
-        tree = statements[0].tree.copy()
+        tree = take_query(plan.model.sql, plan.model.path)
         if plan.binding is not None:
             tree = naive_bounds(tree)
         assert isinstance(tree, exp.Query)

@@ -18,7 +18,7 @@ _DIALECT = DuckDB()
 
 def render(node: exp.Expr) -> str:
     """The single rendering of a statement: what is printed, logged, executed and golden."""
-    return _DIALECT.generate(node, pretty=True)
+    return _DIALECT.generate(node, copy=False, pretty=True)  # trees are built fresh per statement
 
 
 def command(keyword: str, *parts: exp.Expr | str) -> exp.Command:

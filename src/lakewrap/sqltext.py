@@ -229,3 +229,16 @@ def positional_parameter_location(sql: str, path: str) -> Location:
         ):
             return offset_location(sql, tok.start, path)
     return Location(path)
+
+
+def take_query(sql: str, path: str) -> exp.Expr:
+    """The first statement's AST, owned by the caller (free to mutate).
+
+    Hands over the tree :func:`parse_body` cached and forgets it, instead of deep-copying it: for
+    a parsed model, a copy costs more than parsing the text again, and a compile needs the tree
+    once. A later call parses afresh.
+    """
+    cached = _CACHE.pop(sql, None)
+    statements = cached if cached is not None else parse_body(sql, path)
+    _CACHE.pop(sql, None)
+    return statements[0].tree
