@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from lakewrap.compilers.base import Capabilities, Compiler
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lakewrap.compilers.base import Capabilities, Compiler
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Capabilities", "Compiler"):
+        from lakewrap.compilers import base
+
+        return getattr(base, name)
+    raise AttributeError(name)
 
 
 def compiler_for(substrate: str) -> Compiler:

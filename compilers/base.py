@@ -50,7 +50,7 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, 
 
 def window_bound(name: str) -> exp.Cast:
     """``CAST($<name> AS TIMESTAMP)``: a window bound as one side of a comparison."""
-    return exp.Cast(this=q.param(name), to=exp.DataType.build("TIMESTAMP"))
+    return exp.Cast(this=q.param(name), to=exp.DataType.build(exp.DataType.Type.TIMESTAMP))
 
 
 def naive_bounds(tree: exp.Expr) -> exp.Expr:
@@ -348,7 +348,8 @@ class Compiler:
             order=exp.Order(expressions=[exp.Ordered(this=q.col(order_by), desc=True, nulls_first=False)]),
         )
         rank = exp.EQ(this=window, expression=exp.Literal.number(1))
-        return exp.select(exp.Star()).from_(self.query(plan).subquery(q.ident("result"))).qualify(rank)
+        ranked = self.query(plan).subquery(q.ident("result"), copy=False)
+        return exp.select(exp.Star()).from_(ranked, copy=False).qualify(rank, copy=False)
 
     def merge(self, plan: Plan) -> list[Shape]:
         strategy = plan.model.strategy
@@ -417,14 +418,15 @@ class Compiler:
             empty_ts: exp.Expr = q.col(s.updated_at)
         else:
             valid_from = q.param("run_timestamp")
-            empty_ts = exp.cast(exp.Null(), exp.DataType.build("TIMESTAMPTZ"))
+            empty_ts = exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.TIMESTAMPTZ))
         meta = [
             exp.alias_(empty_ts.copy(), "valid_from", quoted=True),
             exp.alias_(empty_ts.copy(), "valid_to", quoted=True),
-            exp.alias_(exp.cast(exp.Null(), exp.DataType.build("BOOLEAN")), "is_current", quoted=True),
+            exp.alias_(exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.BOOLEAN)), "is_current", quoted=True),
         ]
         if s.hard_deletes == "new_record":
-            meta.append(exp.alias_(exp.cast(exp.Null(), exp.DataType.build("BOOLEAN")), "is_deleted", quoted=True))
+            no_flag = exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.BOOLEAN))
+            meta.append(exp.alias_(no_flag, "is_deleted", quoted=True))
         shapes += self.bootstrap(plan, self.from_stage().select(exp.Star(), *meta).limit(0))
 
         current = "current"

@@ -30,7 +30,7 @@ def command(keyword: str, *parts: exp.Expr | str) -> exp.Command:
     sub-expressions (identifiers quoted by sqlglot) with fixed keywords: no value or name ever
     enters as raw text. The golden tests execute every such statement against a real DuckLake.
     """
-    tail = " ".join(p if isinstance(p, str) else _DIALECT.generate(p) for p in parts)
+    tail = " ".join(p if isinstance(p, str) else _DIALECT.generate(p, copy=False) for p in parts)
     return exp.Command(this=keyword, expression=exp.Literal.string(" " + tail))
 
 
@@ -110,4 +110,4 @@ def count_star() -> exp.Count:
 
 def as_text(node: exp.Expr) -> exp.Expr:
     """``CAST(node AS VARCHAR)``."""
-    return exp.cast(node, exp.DataType.build("VARCHAR"))
+    return exp.cast(node, exp.DataType.build(exp.DataType.Type.VARCHAR))

@@ -303,12 +303,15 @@ def output_columns(
             name = proj.name
         else:
             name = ""
-        where = node_location(proj, statement, body, rel) if statement is not None else Location(rel)
+
+        def where(proj: exp.Expr = proj) -> Location:
+            return node_location(proj, statement, body, rel) if statement is not None else Location(rel)
+
         if not name:
             snippet = proj.sql(dialect="duckdb")
             raise SqlError(
                 f"the output column `{snippet}` has no name",
-                location=where,
+                location=where(),
                 hint=f"give it an alias: `{snippet} AS <name>`",
             )
         if name.lower() in (n.lower() for n in names):
@@ -316,7 +319,7 @@ def output_columns(
             raise SqlError(
                 f"the SELECT returns two columns named `{name}`"
                 + (f" (and `{first}`)" if first != name else ""),
-                location=where,
+                location=where(),
                 hint="give one of them a different alias (column names are case-insensitive)",
             )
         names.append(name)

@@ -5,6 +5,7 @@ The planner decides *what* one materialization covers; the compilers decide *how
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -70,6 +71,7 @@ class Plan(Frozen):
         return out
 
 
+@functools.lru_cache(maxsize=256)
 def bind_time(part: TimePartitioning, value: str | None, now: datetime | None = None) -> Binding:
     """The binding of a time-partitioned model for ``value`` (default: latest complete partition)."""
     grain = Grain(part.grain)

@@ -8,21 +8,18 @@ tables it reads.
 from __future__ import annotations
 
 import graphlib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakewrap.errors import Location, ProjectError, SelectionError, suggest
-from lakewrap.parse import parse_model
 from lakewrap.spec import ModelSpec
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-    except ValueError:
-        return False
-    return True
+def _inside(path: Path, real_root: str) -> bool:
+    real = os.path.realpath(path)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 def discover(root: Path) -> list[Path]:
@@ -34,9 +31,10 @@ def discover(root: Path) -> list[Path]:
             hint="run from the project folder or pass --project DIR; models live in models/<schema>/<name>.sql",
         )
     found: list[Path] = []
+    real_root = os.path.realpath(root)
     for path in sorted(models.rglob("*.sql")):
-        rel = path.relative_to(root).as_posix()
-        if not _inside(path, root):
+        if not _inside(path, real_root):
+            rel = path.relative_to(root).as_posix()
             raise ProjectError(
                 f"{rel} resolves outside the project (a symlink?)",
                 location=Location(rel),
@@ -58,6 +56,8 @@ class Project:
         """Parse every model; duplicate targets are an error naming both files."""
         root = root.resolve()
         project = cls(root)
+        from lakewrap.parse import parse_model
+
         for path in paths if paths is not None else discover(root):
             spec = parse_model(path, root)
             other = project.models.get(spec.target.key)

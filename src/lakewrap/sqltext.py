@@ -116,6 +116,49 @@ def _parse_message(description: str, highlight: str) -> str:
     return f"{_CLASS.sub(lambda m: m.group(1), description)} (at {at})"
 
 
+_DIALECT_OBJ = sqlglot.Dialect.get_or_raise(DIALECT)
+_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+
+
+def _shift_meta(trees: list[exp.Expr | None], start: int) -> None:
+    """Token offsets are in the whole body; make node offsets relative to the statement's text."""
+    if not start:
+        return
+    for tree in trees:
+        if tree is None:
+            continue
+        for node in tree.walk():
+            meta = node._meta
+            if meta:
+                for k in ("start", "end"):
+                    if isinstance(meta.get(k), int):
+                        meta[k] -= start
+
+
+def _inside_text(chunk: list[Token], sql: str, start: int, end: int) -> list[Token]:
+    """The chunk's tokens without the comments the tokenizer attached from outside ``sql[start:end]``."""
+    first, last = chunk[0], chunk[-1]
+    if not first.comments and not last.comments:
+        return chunk
+    before = sql.rfind(";", 0, start) + 1
+    lead = len(_COMMENT.findall(sql, before, start)) if first.comments else 0
+    after = sql.find(";", end)
+    trail = len(_COMMENT.findall(sql, end, len(sql) if after < 0 else after)) if last.comments else 0
+    if not lead and not trail:
+        return chunk
+    out = list(chunk)
+    if len(out) == 1:
+        out[0] = _with_comments(first, first.comments[lead: len(first.comments) - trail])
+    else:
+        out[0] = _with_comments(first, first.comments[lead:])
+        out[-1] = _with_comments(last, last.comments[: len(last.comments) - trail])
+    return out
+
+
+def _with_comments(tok: Token, comments: list[str]) -> Token:
+    return Token(tok.token_type, tok.text, tok.line, tok.col, tok.start, tok.end, comments)
+
+
 def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
     """Parse ``sql`` (whole-file text with the header blanked) into statements.
 
@@ -136,9 +179,13 @@ def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
         start, end = chunk[0].start, chunk[-1].end + 1
         text = sql[start:end]
         try:
-            trees = sqlglot.parse(text, read=DIALECT)
-        except ParseError as exc:
-            raise _parse_error(sql, path, exc, start) from None
+            trees = _DIALECT_OBJ.parser().parse(_inside_text(chunk, sql, start, end), text)
+            _shift_meta(trees, start)
+        except ParseError:
+            try:
+                trees = sqlglot.parse(text, read=DIALECT)
+            except ParseError as exc:
+                raise _parse_error(sql, path, exc, start) from None
         found = [t for t in trees if t is not None]
         if not found:
             continue
