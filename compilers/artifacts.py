@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict
 
 from lakewrap.plan import Param
 
+# The temporary table a plan stages the SELECT's rows in (the executor counts them there).
+STAGE = "__lakewrap_stage"
+
 SCHEMA_VERSION = 1
 
 Role = Literal["setup", "stage", "guard", "bootstrap", "write", "cleanup", "literal"]

@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Effect, Role, Window
+from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, Effect, Role, Window
 from lakewrap.errors import Location, ModelError, UnsupportedError
 from lakewrap.plan import Plan
 from lakewrap.spec import (
@@ -28,7 +28,6 @@ from lakewrap.spec import (
 )
 from lakewrap.sqltext import parameters, parse_body, take_query
 
-STAGE = "__lakewrap_stage"
 CHANGES = "__lakewrap_changes"
 DELETED = "__lakewrap_deleted"
 VALID_FROM = "__lakewrap_valid_from"

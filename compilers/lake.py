@@ -92,29 +92,43 @@ def fence_table(target: str) -> exp.Table:
 
 
 def fence_ddl(target: str) -> list[str]:
-    """Create the fence table and its single row (in a model's first materialization transaction)."""
+    """Create the fence table and its single row (in a model's first materialization transaction).
+
+    Besides being the conflict point, the row holds the ``sql_sha256`` of the model's last committed
+    materialization: that plan's statements are in ``compiled_sql`` already. A fence made by
+    lakewrap 0.1.0 before that column existed gets it here (the probe of the column failed).
+    """
     tbl = fence_table(target)
     create = exp.Create(
         this=exp.Schema(this=tbl, expressions=[
             exp.ColumnDef(this=q.ident("run_id"), kind=exp.DataType.build("VARCHAR")),
             exp.ColumnDef(this=q.ident("updated_at"), kind=exp.DataType.build("TIMESTAMPTZ")),
+            exp.ColumnDef(this=q.ident("sql_sha256"), kind=exp.DataType.build("VARCHAR")),
         ]),
         kind="TABLE", exists=True,
     )
     seed = exp.insert(
-        exp.select(exp.Literal.string(""), exp.func("now")).where(
+        exp.select(exp.Literal.string(""), exp.func("now"), exp.Literal.string("")).where(
             exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1)).from_(tbl.copy())))),
         tbl.copy(),
     )
-    return [q.render(create), q.render(seed)]
+    upgrade = exp.Alter(this=tbl.copy(), kind="TABLE", actions=[exp.ColumnDef(
+        this=q.ident("sql_sha256"), kind=exp.DataType.build("VARCHAR"), exists=True)])
+    return [q.render(create), q.render(upgrade), q.render(seed)]
+
+
+def fence_probe(target: str) -> str:
+    """The ``sql_sha256`` of the model's fence row (an error while the fence does not exist)."""
+    return q.render(exp.select(q.col("sql_sha256")).from_(fence_table(target)))
 
 
 def fence_update(target: str) -> str:
-    """``UPDATE fence SET run_id = $run_id, updated_at = now()``: the conflict point."""
+    """``UPDATE fence SET run_id = $run_id, updated_at = now(), sql_sha256 = $sql_sha256``: the conflict point."""
     return q.render(exp.Update(
         this=fence_table(target),
         expressions=[exp.EQ(this=q.col("run_id"), expression=q.param("run_id")),
-                     exp.EQ(this=q.col("updated_at"), expression=exp.func("now"))],
+                     exp.EQ(this=q.col("updated_at"), expression=exp.func("now")),
+                     exp.EQ(this=q.col("sql_sha256"), expression=q.param("sql_sha256"))],
     ))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
 from functools import wraps
 from pathlib import Path
@@ -31,10 +31,7 @@ def _fail(err: LakewrapError, debug: bool) -> None:
     code = 2 if isinstance(err, USAGE_ERRORS) else err.exit_code
     if click.get_current_context().params.get("fmt") == "json":  # tools get the error as JSON on stdout
         sys.stdout.write(json.dumps({"ok": False, "exit_code": code, **err.to_dict()}, indent=2) + "\n")
-    from rich.console import Console
-    from rich.markup import escape
-
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(err.render())}")
+    _say("error:", err.render(), "bold red", stderr=True)
     sys.exit(code)
 
 
@@ -63,10 +60,44 @@ def logical_time(text: str | None) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
-def _console() -> Any:
+def _say(label: str, text: str, style: str, *, stderr: bool = False) -> None:
+    """One message line: styled by rich on a terminal, plain text otherwise (no rich import)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if not stream.isatty():
+        stream.write(f"{label} {text}\n")
+        return
     from rich.console import Console
+    from rich.markup import escape
 
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    Console(stderr=stderr, highlight=False, soft_wrap=True).print(f"[{style}]{escape(label)}[/] {escape(text)}")
+
+
+def _show_table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None,
+                right: Collection[str] = (), styles: Sequence[str | None] = ()) -> None:
+    """A table: drawn by rich on a terminal; aligned plain text when piped (scripts, CI, benchmarks).
+
+    ``styles`` colours one row each (on a terminal only).
+    """
+    if not sys.stdout.isatty():
+        widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(v.rjust(w) if c in right else v.ljust(w)
+                             for c, v, w in zip(columns, cells, widths, strict=True)).rstrip()
+
+        out = [title] if title else []
+        out += [line(columns), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+        sys.stdout.write("\n".join(out) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="right" if col in right else "left")
+    for i, row in enumerate(rows):
+        table.add_row(*row, style=styles[i] if i < len(styles) else None)
+    Console(highlight=False, soft_wrap=True).print(table)
 
 
 project_option = click.option(
@@ -121,26 +152,19 @@ def _emit_run(report: Any, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     else:
-        from rich.console import Console
-        from rich.markup import escape
-        from rich.table import Table
-
-        table = Table(title=f"run {report.run_id}", title_justify="left")
-        for col in ("model", "partition", "status", "inserted", "updated", "deleted", "snapshot", "seconds"):
-            table.add_column(col, justify="right" if col in ("inserted", "updated", "deleted", "seconds") else "left")
-        for r in report.results:
-            style = {"success": "green", "unchanged": "cyan", "failed": "red", "skipped": "yellow"}[r.status]
-            table.add_row(r.target, r.partition or "-", f"[{style}]{r.status}[/]", str(r.rows_inserted),
-                          str(r.rows_updated), str(r.rows_deleted),
-                          str(r.snapshot_id) if r.snapshot_id is not None else "-", f"{r.seconds:.2f}")
-        console = _console()
-        console.print(table)
+        columns = ("model", "partition", "status", "inserted", "updated", "deleted", "snapshot", "seconds")
+        rows = [(r.target, r.partition or "-", r.status, str(r.rows_inserted), str(r.rows_updated),
+                 str(r.rows_deleted), str(r.snapshot_id) if r.snapshot_id is not None else "-", f"{r.seconds:.2f}")
+                for r in report.results]
+        styles = [{"success": "green", "unchanged": "cyan", "failed": "red", "skipped": "yellow"}[r.status]
+                  for r in report.results]
+        _show_table(columns, rows, title=f"run {report.run_id}", right=("inserted", "updated", "deleted", "seconds"),
+                    styles=styles)
         for r in report.results:
             for w in r.warnings:
-                console.print(f"[yellow]warning:[/] {r.target} {r.partition or ''}: {escape(w)}")
+                _say("warning:", f"{r.target} {r.partition or ''}: {w}", "yellow")
             if r.error:
-                Console(stderr=True, highlight=False, soft_wrap=True).print(
-                    f"[bold red]error:[/] {r.target}: {escape(r.error)}")
+                _say("error:", f"{r.target}: {r.error}", "bold red", stderr=True)
     if not report.ok:
         sys.exit(1)
 
@@ -198,14 +222,7 @@ def query_cmd(statement: str, fmt: str, project: Path) -> None:
         writer.writerow(result.columns)
         writer.writerows(result.rows)
     else:
-        from rich.table import Table
-
-        table = Table()
-        for col in result.columns:
-            table.add_column(col)
-        for row in result.rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
-        _console().print(table)
+        _show_table(result.columns, [["NULL" if v is None else str(v) for v in row] for row in result.rows])
 
 
 @main.command("status")
@@ -221,17 +238,13 @@ def status_cmd(selectors: tuple[str, ...], fmt: str, project: Path) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps([r.to_dict() for r in rows], indent=2, default=str) + "\n")
         return
-    from rich.table import Table
-
-    table = Table()
-    for col in ("model", "strategy", "partitions", "gaps", "last run", "failures"):
-        table.add_column(col)
+    table = []
     for r in rows:
         parts = f"{len(r.partitions)} ({r.partitions[0]} .. {r.partitions[-1]})" if len(r.partitions) > 1 else (
             r.partitions[0] if r.partitions else ("-" if r.last_run is None else "whole table"))
         gaps = f"{len(r.gaps)}: " + ", ".join(r.gaps[:3]) + (" ..." if len(r.gaps) > 3 else "") if r.gaps else "-"
-        table.add_row(r.target, r.strategy, parts, gaps, r.last_run or "never", str(len(r.failures)) or "-")
-    _console().print(table)
+        table.append((r.target, r.strategy, parts, gaps, r.last_run or "never", str(len(r.failures)) or "-"))
+    _show_table(("model", "strategy", "partitions", "gaps", "last run", "failures"), table)
 
 
 @main.command("history")
@@ -247,16 +260,11 @@ def history_cmd(model: str, fmt: str, project: Path) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
         return
-    from rich.table import Table
-
-    table = Table()
-    for col in ("snapshot", "run", "partition", "strategy", "+rows", "~rows", "-rows", "sql_sha256", "committed"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(str(r["snapshot_id"]), r["run_id"], r["partition"] or "-", r["strategy"],
-                      str(r["rows_inserted"]), str(r["rows_updated"]), str(r["rows_deleted"]),
-                      r["sql_sha256"][:12], r["committed_at"])
-    _console().print(table)
+    columns = ("snapshot", "run", "partition", "strategy", "+rows", "~rows", "-rows", "sql_sha256", "committed")
+    _show_table(columns, [(str(r["snapshot_id"]), r["run_id"], r["partition"] or "-", r["strategy"],
+                           str(r["rows_inserted"]), str(r["rows_updated"]), str(r["rows_deleted"]),
+                           r["sql_sha256"][:12], str(r["committed_at"])) for r in rows],
+                right=("+rows", "~rows", "-rows"))
 
 
 if __name__ == "__main__":  # pragma: no cover

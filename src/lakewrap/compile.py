@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakewrap import __version__
 from lakewrap.errors import PlanError
+from lakewrap.execute import statements
 from lakewrap.plan import Plan, Substrate, make_plan
 from lakewrap.project import Project, discover
 from lakewrap.spec import ModelSpec, TimePartitioning
@@ -152,6 +153,7 @@ class _Cache:
             header = json.loads(lines[0])
             if header.get("format") != CACHE_FORMAT or header.get("key") != key:
                 raise ValueError
+            statements.preload(header.get("statements"))
             for line in lines[1:]:
                 parts = line.split("\t", 3)
                 if len(parts) == 4:
@@ -167,9 +169,11 @@ class _Cache:
         return cls(None, {})
 
     def save(self) -> None:
-        if not self.dirty or self.path is None:
+        """Write the cache if a model or a remembered statement (:mod:`~lakewrap.execute.statements`) changed."""
+        texts, added = statements.remembered()
+        if not (self.dirty or added) or self.path is None:
             return
-        header = json.dumps({"format": CACHE_FORMAT, "version": __version__, "key": self.key})
+        header = json.dumps({"format": CACHE_FORMAT, "version": __version__, "key": self.key, "statements": texts})
         text = "\n".join([header, *(e.encode(rel) for rel, e in self.entries.items())])
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,6 +181,7 @@ class _Cache:
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, self.path)
             self.dirty = False
+            statements.saved()
         except OSError:
             pass  # a read-only project still compiles; it just stays cold
 

@@ -16,8 +16,8 @@ import sqlglot
 from sqlglot import exp
 
 from lakewrap.compile import load_project
-from lakewrap.compilers import lake as sql
 from lakewrap.errors import ExecutionError, PlanError
+from lakewrap.execute import statements as sql
 from lakewrap.execute.lake import Lake
 from lakewrap.partitions import Grain, latest_complete, parse_partition, partition_range
 from lakewrap.spec import TimePartitioning

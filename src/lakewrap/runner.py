@@ -20,9 +20,9 @@ from typing import Any
 
 from lakewrap import __version__
 from lakewrap.compile import _Cache, compile_plan, load_project
-from lakewrap.compilers import lake as sql
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import LakewrapError, PlanError
+from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Executor, Result
 from lakewrap.execute.lake import Lake
 from lakewrap.partitions import Grain, parse_partition, partition_range
@@ -170,10 +170,10 @@ def run_project(
                 report.results.append(result)
                 if result.status == "failed":
                     failed.add(spec.target.key)
-        if cache is not None:
-            cache.save()
     finally:
         lake.close(con)
+        if cache is not None:
+            cache.save()  # after close: the cache remembers its statements too
         report.finished_at = datetime.now(timezone.utc).isoformat()
         write_results(root, folder, report)
     return report

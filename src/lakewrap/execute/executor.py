@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lakewrap import __version__
-from lakewrap.compilers import lake as sql
-from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
-from lakewrap.compilers.base import STAGE
+from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement
 from lakewrap.errors import ExecutionError, LakewrapError
+from lakewrap.execute import statements as sql
 from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable
@@ -76,7 +75,8 @@ class Executor:
     strict: bool = False
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], None] = time.sleep
-    fences: set[str] = field(default_factory=set)
+    # target -> the sql_sha256 its fence row holds, once read or written by this executor
+    fences: dict[str, str] = field(default_factory=dict)
 
     def materialize(self, con: Any, compiled: CompiledPlan, *, drop_first: bool = False) -> Result:
         """Execute ``compiled`` in one transaction, retrying conflicts; never raises for data errors.
@@ -123,7 +123,8 @@ class Executor:
         inserted = updated = deleted = 0
         stage_rows: int | None = None
         started_at = datetime.now(timezone.utc)
-        create_fence = not self._fence_exists(con, compiled.target, log)
+        fenced_sha = self._fence(con, compiled.target, log)
+        create_fence = fenced_sha is None
         log.run(con, sql.BEGIN)
         pin = log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0]
         if create_fence:  # a model's first run creates its fence in the same transaction as its data
@@ -167,7 +168,7 @@ class Executor:
         if (window := compiled.window) and window.kind == "dynamic":
             watermark = datetime.fromisoformat(window.end)
         pins = {"snapshot": pin}
-        log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id})
+        log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id, "sql_sha256": compiled.sql_sha256})
         log.run(con, sql.insert_materialization(), {
             "run_id": self.run_id, "model": compiled.path, "target": compiled.target,
             "partition_value": result.partition,
@@ -177,10 +178,11 @@ class Executor:
             "rows_deleted": deleted, "sql_sha256": compiled.sql_sha256, "pins": json.dumps(pins),
             "watermark": watermark, "started_at": started_at, "attempt": attempt, "lakewrap_version": __version__,
         })
-        log.run(con, sql.insert_compiled_sql(), {
-            "sql_sha256": compiled.sql_sha256,
-            "statements": json.dumps([s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements]),
-        })
+        if fenced_sha != compiled.sql_sha256:  # else the fence's last commit stored these statements
+            log.run(con, sql.insert_compiled_sql(), {
+                "sql_sha256": compiled.sql_sha256,
+                "statements": json.dumps([s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements]),
+            })
         extra = {"run_id": self.run_id, "model": compiled.path, "target": compiled.target,
                  "partition": result.partition, "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
                  "pins": pins, "lakewrap_version": __version__}
@@ -192,6 +194,7 @@ class Executor:
         # Committed: nothing after this point may turn the result into a failure or a retry (a
         # retry would apply the write twice, e.g. an append).
         result.status = "success"
+        self.fences[compiled.target] = compiled.sql_sha256
         try:
             result.snapshot_id = int(log.run(con, sql.last_committed_snapshot(self.lake.alias)).fetchone()[0])
         except Exception as exc:
@@ -211,21 +214,23 @@ class Executor:
         except Exception as exc:  # no transaction open (it failed before BEGIN took): nothing to undo
             log.note(f"rollback: {exc}")
 
-    def _fence_exists(self, con: Any, target: str, log: StatementLog) -> bool:
-        """Whether the model's fence row exists (remembered once seen).
+    def _fence(self, con: Any, target: str, log: StatementLog) -> str | None:
+        """The ``sql_sha256`` in the model's fence row, or None before the model's first commit.
 
-        A count of the fence's rows is cheap (0.02 s; see benchmarks/strategies.py). Before a model's
+        Reading the one-row fence is cheap (a few ms; see benchmarks/strategies.py). Before a model's
         first run the table does not exist: its first materialization creates it inside its own
         transaction, so a failed first run leaves nothing behind, and two concurrent first runs
-        conflict on the fence table like any later pair.
+        conflict on the fence table like any later pair. The hash read here was committed together
+        with that plan's ``compiled_sql`` row, so a plan whose hash the fence holds is not stored again.
         """
-        if target in self.fences:
-            return True
-        fence = sql.fence_table(target)
+        known = self.fences.get(target)
+        if known is not None:
+            return known
         try:
-            found = bool(log.run(con, sql.count_rows(fence.db, fence.name)).fetchone()[0] > 0)
+            row = log.run(con, sql.fence_probe(target)).fetchone()
         except Exception:  # the fence table does not exist yet
-            found = False
-        if found:
-            self.fences.add(target)
-        return found
+            return None
+        if row is None:
+            return None
+        self.fences[target] = sha = row[0] or ""
+        return sha

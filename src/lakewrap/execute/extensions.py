@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lakewrap.compilers import lake as sql
 from lakewrap.errors import ExecutionError
+from lakewrap.execute import statements as sql
 
 # Avro must load before iceberg; the -scanner wheels are the ones whose binaries load.
 ORDER = ("avro", "iceberg", "httpfs", "ducklake", "sqlite_scanner", "postgres_scanner")

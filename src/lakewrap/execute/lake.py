@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lakewrap.compilers import lake as sql
 from lakewrap.config import LakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, relpath
 from lakewrap.execute import extensions
+from lakewrap.execute import statements as sql
 from lakewrap.execute.retry import RetryPolicy, retrying
 
 # A SQLite catalog answers "database is locked" at once while another process commits (DuckLake

@@ -1,0 +1,106 @@
+"""What a `lakewrap run` does besides the model's own SQL: imports, and state written once per plan.
+
+A one-model run should cost little more than a hand-written script doing the same work
+(benchmarks/strategies.py measures it); these tests pin down the mechanisms that keep it so, on a
+real embedded DuckLake, without timing anything.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lakewrap.execute.lake import Lake
+from lakewrap.runner import run_project, seed_project
+
+SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
+
+
+def shop_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "shop"
+    shutil.copytree(SHOP, root, ignore=shutil.ignore_patterns(".lakewrap", "target"))
+    return root
+
+
+def lake_rows(root: Path, sql: str) -> list[tuple[object, ...]]:
+    lake = Lake.open(root, read_only=True)
+    con = lake.connect()
+    try:
+        return [tuple(r) for r in con.execute(sql).fetchall()]
+    finally:
+        lake.close(con)
+
+
+def test_a_warm_run_imports_neither_sqlglot_nor_rich(tmp_path: Path) -> None:
+    """The second run takes its statements from the cache and prints plain text into a pipe."""
+    root = shop_copy(tmp_path)
+    seed_project(root)
+    code = (
+        "import sys\n"
+        "from lakewrap.cli import main\n"
+        "try:\n"
+        f"    main(['run', 'sales.orders', '--project', {str(root)!r}, '--partition', '2024-01-02'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sqlglot', 'rich'})\n"
+        "print('LOADED', loaded, file=sys.stderr)\n"
+    )
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "LOADED ['sqlglot']" in first.stderr  # a cold cache compiles
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "LOADED []" in second.stderr, second.stderr
+    lines = second.stdout.splitlines()
+    assert lines[0].startswith("run ") and lines[1].split() == [
+        "model", "partition", "status", "inserted", "updated", "deleted", "snapshot", "seconds"]
+    assert lines[3].split()[:3] == ["sales.orders", "2024-01-02", "success"]
+
+
+def test_compiled_sql_is_stored_once_per_plan_and_the_fence_names_it(tmp_path: Path) -> None:
+    root = shop_copy(tmp_path)
+    seed_project(root)
+    seeded = set(lake_rows(root, "SELECT sql_sha256 FROM lakewrap.compiled_sql"))  # the seeds' plans
+    report = run_project(root, ["sales.orders"], start="2024-01-01", end="2024-01-03")
+    assert [r.status for r in report.results] == ["success"] * 3
+    (sha,) = {r.sql_sha256 for r in report.results}
+    stored = lake_rows(root, "SELECT sql_sha256 FROM lakewrap.compiled_sql")
+    assert sorted(stored) == sorted(seeded | {(sha,)}) and len(stored) == len(seeded) + 1
+    assert lake_rows(root, 'SELECT sql_sha256 FROM lakewrap."fence:sales.orders"') == [(sha,)]
+    # Only the first materialization of this plan wrote its statements.
+    logs = sorted((root / "target" / "run" / report.run_id).glob("sales.orders__*.sql"))
+    writes = ["compiled_sql" in log.read_text() for log in logs]
+    assert writes == [True, False, False]
+
+    # A changed model is a new plan: stored once more, and the fence moves on to it.
+    model = root / "models" / "sales" / "orders.sql"
+    model.write_text(model.read_text().replace("status,", "upper(status) AS status,", 1))
+    again = run_project(root, ["sales.orders"], partition="2024-01-02")
+    new_sha = again.results[0].sql_sha256
+    assert again.results[0].status == "success" and new_sha != sha
+    stored = lake_rows(root, "SELECT sql_sha256 FROM lakewrap.compiled_sql")
+    assert sorted(stored) == sorted(seeded | {(sha,), (new_sha,)}) and len(stored) == len(seeded) + 2
+    assert lake_rows(root, 'SELECT sql_sha256 FROM lakewrap."fence:sales.orders"') == [(new_sha,)]
+    recorded = lake_rows(root, "SELECT DISTINCT m.sql_sha256 FROM lakewrap.materializations m "
+                               "ANTI JOIN lakewrap.compiled_sql c USING (sql_sha256)")
+    assert recorded == []  # every materialization's statements can be read back
+
+
+def test_a_fence_from_before_the_hash_column_is_upgraded(tmp_path: Path) -> None:
+    """lakewrap 0.1.0 made fences without ``sql_sha256``; the next materialization adds it."""
+    root = shop_copy(tmp_path)
+    seed_project(root)
+    assert run_project(root, ["sales.orders"], partition="2024-01-01").ok
+    lake = Lake.open(root)
+    con = lake.connect()
+    try:
+        con.execute('ALTER TABLE lakewrap."fence:sales.orders" DROP COLUMN sql_sha256')
+    finally:
+        lake.close(con)
+    report = run_project(root, ["sales.orders"], partition="2024-01-02")
+    assert report.ok, report.results[0].error
+    sha = report.results[0].sql_sha256
+    assert lake_rows(root, 'SELECT sql_sha256 FROM lakewrap."fence:sales.orders"') == [(sha,)]
+    # the statement log shows the upgrade, inside the materialization's transaction
+    log = next((root / "target" / "run" / report.run_id).glob("sales.orders__*.sql")).read_text()
+    assert "ADD COLUMN IF NOT EXISTS" in log and log.index("BEGIN") < log.index("ADD COLUMN")
