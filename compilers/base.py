@@ -405,7 +405,7 @@ class Compiler:
         columns = self.columns(plan, "an SCD2 snapshot")
         keys = s.unique_key
         lowered_keys = {k.lower() for k in keys}
-        shapes = [self.setup(plan), self.stage(plan, self.query(plan))]
+        shapes = self.staged(plan)  # with a watermark (timestamp, hard_deletes=ignore): only the new rows
         shapes += self.guard_keys(plan, keys, check_duplicates=True)
         if s.strategy == "timestamp":
             assert s.updated_at is not None

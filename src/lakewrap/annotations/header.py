@@ -74,6 +74,34 @@ class Header:
             if kw in self.seen:
                 raise self._conflict(kw, why, hint)
 
+    def _check_snapshot_watermark(self, strategy: SnapshotStrategy) -> None:
+        """A snapshot may read only the rows past a watermark: timestamp strategy, deletions ignored.
+
+        The other forms compare every source row with the current versions (a check snapshot has no
+        timestamp to window on; finding deleted keys needs the whole source).
+        """
+        if self.partition is None:
+            return
+        if self.partition.kind != "dynamic":
+            raise self._conflict(
+                "partitioned",
+                "does not apply to snapshot models: a snapshot writes versions, not partitions",
+                "to read only new source rows, use `-- partitioned dynamic key=<updated_at column>`",
+            )
+        if strategy.strategy != "timestamp":
+            raise self._conflict(
+                "partitioned",
+                "a check snapshot compares every source row; it takes no watermark",
+                "remove the `-- partitioned` line, or use strategy=timestamp with updated_at=<col>",
+            )
+        if strategy.hard_deletes != "ignore":
+            raise self._conflict(
+                "partitioned",
+                f"hard_deletes={strategy.hard_deletes} needs the whole source to see which keys left; "
+                "it takes no watermark",
+                "remove the `-- partitioned` line, or use hard_deletes=ignore",
+            )
+
     def resolve(self, body_location: Location) -> dict[str, Any]:
         """Decide the strategy and return the ModelSpec fields the header determines."""
         mat = self.materialized
@@ -134,11 +162,12 @@ class Header:
                     hint="add `-- snapshot strategy=timestamp unique_key=<col> updated_at=<col>`",
                 )
             self._forbid(
-                ("partitioned", "unique_key", "append"),
+                ("unique_key", "append"),
                 "does not apply to snapshot models",
                 "SCD2 history takes its key from `-- snapshot unique_key=<col>`",
             )
             strategy = SnapshotStrategy(**self.snapshot)
+            self._check_snapshot_watermark(strategy)
         else:  # pragma: no cover - the handler validates the value
             raise AssertionError(mat)
         if self.partition is not None and mat is None and self.partition.kind == "dynamic":
