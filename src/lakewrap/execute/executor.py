@@ -28,6 +28,7 @@ from lakewrap.compilers import lake as sql
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.compilers.base import STAGE
 from lakewrap.errors import ExecutionError, LakewrapError
+from lakewrap.execute import checks
 from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable
@@ -56,6 +57,9 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     error_class: str | None = None
+    # every data test run before COMMIT: name, severity, line, status, failing-row count, <= 20 sample rows
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    schema_changes: list[str] = field(default_factory=list)  # ALTER statements on_schema_change ran
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -122,6 +126,10 @@ class Executor:
                  drop_first: bool) -> None:
         inserted = updated = deleted = 0
         stage_rows: int | None = None
+        result.tests.clear()
+        result.schema_changes.clear()
+        outcomes: list[checks.TestOutcome] = []
+        schema_check = compiled.schema_check
         started_at = datetime.now(timezone.utc)
         create_fence = not self._fence_exists(con, compiled.target, log)
         log.run(con, sql.BEGIN)
@@ -133,6 +141,16 @@ class Executor:
             schema, name = compiled.target.split(".", 1)
             log.run(con, sql.drop_table(schema, name))
         for st in compiled.statements:
+            if schema_check is not None and st.role in ("bootstrap", "write"):  # before the first write
+                result.schema_changes = checks.check_schema(con, schema_check, compiled, log)
+                schema_check = None
+            if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
+                outcome = checks.run_test(con, st, log, compiled.path)
+                outcomes.append(outcome)
+                result.tests.append(outcome.to_dict())
+                if outcome.status == "warn":
+                    result.warnings.append(outcome.summary())
+                continue
             if st.effect == "merge":
                 before = self._count(con, compiled.target, log)
             cursor = self._execute(con, st, log)
@@ -153,6 +171,8 @@ class Executor:
                     inserted += grown
                     updated += n - grown
         result.rows_inserted, result.rows_updated, result.rows_deleted = inserted, updated, deleted
+        if (failed := checks.failure(outcomes)) is not None:
+            raise failed
         if compiled.strategy == "snapshot" and inserted == updated == deleted == 0:
             log.run(con, sql.ROLLBACK)
             result.status = "unchanged"
