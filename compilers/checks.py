@@ -22,7 +22,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import TestInfo
+from lakewrap.compilers.artifacts import CompiledStatement, TestInfo
 from lakewrap.errors import Location, ModelError
 from lakewrap.plan import Plan
 from lakewrap.spec import ColumnSpec, SnapshotStrategy, TestSpec
@@ -315,3 +315,19 @@ def attach(plan: Plan, compiler: Compiler, shapes: list[Shape]) -> list[Shape]:
             end -= 1
         out[end:end] = test_shapes(plan, compiler)
     return out
+
+
+def compile_tests(plan: Plan, compiler: Compiler) -> tuple[CompiledStatement, ...]:
+    """Only the test statements of ``plan``, rendered (``lakewrap test``: no write around them).
+
+    ``plan.binding`` None tests the whole table, whatever the model's partitioning.
+    """
+    from lakewrap.sqltext import parameters
+
+    available = plan.params()
+    out = []
+    for shape in test_shapes(plan, compiler):
+        used = parameters(shape.node)
+        out.append(CompiledStatement(role="test", sql=q.render(shape.node), note=shape.note, test=shape.test,
+                                     params={k: available[k] for k in sorted(used) if k in available}))
+    return tuple(out)

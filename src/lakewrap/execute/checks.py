@@ -20,7 +20,7 @@ from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Schema
 from lakewrap.errors import ExecutionError, Location
 from lakewrap.execute.log import StatementLog
 
-Outcome = Literal["pass", "fail", "warn"]
+Outcome = Literal["pass", "fail", "warn", "error"]  # error: the test could not run (``lakewrap test``)
 
 
 @dataclass
@@ -38,6 +38,7 @@ class TestOutcome:
     failures: int = 0
     columns: list[str] = field(default_factory=list)
     sample: list[dict[str, Any]] = field(default_factory=list)  # at most 20 failing rows (or groups)
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
