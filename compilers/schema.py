@@ -110,7 +110,7 @@ def add_column(schema: str | None, table: str, name: str, dtype: str) -> str:
 def drop_column(schema: str | None, table: str, name: str) -> str:
     """``ALTER TABLE t DROP COLUMN c``."""
     return q.render(exp.Alter(this=q.table(schema, table), kind="TABLE",
-                              actions=[exp.Drop(this=q.col(name), kind="COLUMN")]))
+                              actions=[exp.Drop(tables=[q.col(name)], kind="COLUMN")]))
 
 
 def widen_column(schema: str | None, table: str, name: str, dtype: str) -> str:
