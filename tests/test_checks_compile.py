@@ -34,7 +34,8 @@ def test_drift_compares_by_name_not_position() -> None:
     table = [("a", "INTEGER"), ("n", "INTEGER"), ("valid_from", "TIMESTAMP")]
     assert not drift([("n", "INTEGER"), ("A", "INTEGER")], table, managed=("valid_from",))
     d = drift([("a", "BIGINT"), ("c", "VARCHAR")], table, managed=("VALID_FROM",))
-    assert d.added == [("c", "VARCHAR")] and d.removed == [("n", "INTEGER")] and d.changed == [("a", "INTEGER", "BIGINT")]
+    assert d.added == [("c", "VARCHAR")] and d.removed == [("n", "INTEGER")]
+    assert d.changed == [("a", "INTEGER", "BIGINT")]
 
 
 def check(mode: str, relation: str | None = "__lakewrap_stage", named: tuple[str, ...] = ()) -> SchemaCheck:
@@ -88,8 +89,8 @@ def test_append_and_ignore_on_new_and_removed_columns() -> None:
 
 
 def test_quoted_names_survive_the_alter_statements() -> None:
-    out = resolve(check("sync_all_columns"), "m.sql", ("my schema", 'we"ird'), [("id", "INTEGER"), ('c"; DROP', "INTEGER")],
-                  [("id", "INTEGER")])
+    out = resolve(check("sync_all_columns"), "m.sql", ("my schema", 'we"ird'),
+                  [("id", "INTEGER"), ('c"; DROP', "INTEGER")], [("id", "INTEGER")])
     assert out == ['ALTER TABLE "my schema"."we""ird"\nADD COLUMN "c""; DROP" INT']
 
 

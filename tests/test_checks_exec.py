@@ -248,3 +248,16 @@ def test_snapshot_tests_read_the_current_versions(tmp_path: Path, inspector: Ins
     failed = result_for(lake.run(now=NOW + timedelta(days=2)), "marts.tiers")
     assert failed.status == "failed" and failed.tests[1]["failures"] == 1
     assert inspector.state(tmp_path) == before
+
+
+def test_lakewrap_test_binds_the_widest_window_for_a_sql_test(tmp_path: Path) -> None:
+    lake = make_lake(tmp_path, model("-- test sql tests/big_amounts.sql severity=warn"), [*GOOD, order(9, amount=500)])
+    run = result_for(lake.run(partition=DAY, now=NOW), "sales.orders")
+    assert run.status == "success" and run.tests[0]["status"] == "warn"
+    code, out, err = cli("test", "--project", str(tmp_path), "--format", "json")
+    assert code == 0, err  # a warn test only reports
+    (test,) = json.loads(out)["results"][0]["tests"]
+    assert (test["status"], test["failures"], test["sample"]) == ("warn", 1, [{"order_id": 9, "amount": 500}])
+    (tmp_path / "models" / MODEL).write_text(model("-- test sql tests/big_amounts.sql"))
+    code, out, _ = cli("test", "--project", str(tmp_path), "--format", "json")
+    assert code == 1 and json.loads(out)["results"][0]["tests"][0]["status"] == "fail"

@@ -3,7 +3,8 @@
 The statements are the very ones ``lakewrap run`` executes before COMMIT (compiled by
 :mod:`lakewrap.compilers.checks`), on a read-only connection. With ``--partition`` a partitioned
 model's tests cover that partition's window; without it, the whole table (for an SCD2 snapshot:
-its current versions), as an unpartitioned model's always do.
+its current versions), as an unpartitioned model's always do. The statements, with their bound
+values, are logged to ``target/test/<id>/<target>.sql``.
 """
 
 from __future__ import annotations
@@ -79,11 +80,14 @@ def run_tests(root: Path, selectors: Sequence[str] = (), *, exclude: Sequence[st
     report = TestReport()
     if not selected:
         return report
+    from lakewrap.runner import new_run_id
+
     lake = Lake.open(root, read_only=True)
     con = lake.connect()
+    folder = root / "target" / "test" / new_run_id(now)
     try:
         for spec in selected:
-            report.results.append(_test_model(con, lake, root, spec, partition, now))
+            report.results.append(_test_model(con, lake, folder, spec, partition, now))
     finally:
         lake.close(con)
     if cache is not None:
@@ -91,12 +95,12 @@ def run_tests(root: Path, selectors: Sequence[str] = (), *, exclude: Sequence[st
     return report
 
 
-def _test_model(con: Any, lake: Lake, root: Path, spec: ModelSpec, partition: str | None,
+def _test_model(con: Any, lake: Lake, folder: Path, spec: ModelSpec, partition: str | None,
                 now: datetime) -> ModelTests:
     value = partition if isinstance(spec.partition, TimePartitioning) else None
     out = ModelTests(model=spec.path, target=str(spec.target), partition=value)
     try:
-        plan = plan_for(spec, "ducklake", value, now, root)
+        plan = plan_for(spec, "ducklake", value, now, lake.root)
         if value is None:
             plan = plan.model_copy(update={"binding": None})  # the whole table
         from lakewrap.compilers import compiler_for
@@ -113,7 +117,7 @@ def _test_model(con: Any, lake: Lake, root: Path, spec: ModelSpec, partition: st
                             sql_sha256=CompiledPlan.digest(statements))
     from lakewrap.execute.log import StatementLog
 
-    log = StatementLog(root / "target" / "test", compiled, lake.redact)
+    log = StatementLog(folder, compiled, lake.redact)
     try:
         for st in compiled.statements:
             if st.role != "test":
