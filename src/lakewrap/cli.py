@@ -180,45 +180,15 @@ def test_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: st
 
     Exit code 1 when an error-severity test finds failing rows or cannot run; warn tests only report.
     """
-    from lakewrap.datatests import run_tests
+    from lakewrap.datatests import print_report, run_tests
 
     report = run_tests(project, selectors, exclude=exclude, partition=partition)
     if fmt == "json":
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     else:
-        _print_tests(report)
+        print_report(report, _console())
     if not report.ok:
         sys.exit(1)
-
-
-def _print_tests(report: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = _console()
-    if not report.results:
-        console.print("no selected model has tests")
-        return
-    table = Table(title_justify="left")
-    for col in ("model", "partition", "test", "severity", "status", "failing rows"):
-        table.add_column(col, justify="right" if col == "failing rows" else "left")
-    styles = {"pass": "green", "warn": "yellow", "fail": "red", "error": "red"}
-    for r in report.results:
-        if r.error:
-            table.add_row(r.target, r.partition or "-", "-", "-", "[red]error[/]", "-")
-        for t in r.tests:
-            table.add_row(r.target, r.partition or "-", escape(t.name), t.severity,
-                          f"[{styles[t.status]}]{t.status}[/]", str(t.failures))
-    console.print(table)
-    for r in report.results:
-        if r.error:
-            console.print(f"[bold red]error:[/] {r.target}: {escape(r.error)}")
-        for t in r.tests:
-            if t.status == "error":
-                console.print(f"[bold red]error:[/] {escape(t.path)}:{t.line}: test `{escape(t.name)}`: "
-                              f"{escape(t.error or '')}")
-            elif t.status in ("fail", "warn"):
-                console.print(f"[{styles[t.status]}]{t.status}:[/] {escape(t.summary())}")
 
 
 @main.command("seed")

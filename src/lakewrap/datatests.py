@@ -142,3 +142,33 @@ def _params(values: dict[str, str | None]) -> dict[str, Any]:
     from lakewrap.plan import Param
 
     return {k: Param(type="VARCHAR", value=v if v is not None else "") for k, v in values.items()}
+
+
+def print_report(report: TestReport, console: Any) -> None:
+    """The table ``lakewrap test`` prints, then each failure with its first failing row."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not report.results:
+        console.print("no selected model has tests")
+        return
+    table = Table(title_justify="left")
+    for col in ("model", "partition", "test", "severity", "status", "failing rows"):
+        table.add_column(col, justify="right" if col == "failing rows" else "left")
+    styles = {"pass": "green", "warn": "yellow", "fail": "red", "error": "red"}
+    for r in report.results:
+        if r.error:
+            table.add_row(r.target, r.partition or "-", "-", "-", "[red]error[/]", "-")
+        for t in r.tests:
+            table.add_row(r.target, r.partition or "-", escape(t.name), t.severity,
+                          f"[{styles[t.status]}]{t.status}[/]", str(t.failures))
+    console.print(table)
+    for r in report.results:
+        if r.error:
+            console.print(f"[bold red]error:[/] {r.target}: {escape(r.error)}")
+        for t in r.tests:
+            if t.status == "error":
+                console.print(f"[bold red]error:[/] {escape(t.path)}:{t.line}: test `{escape(t.name)}`: "
+                              f"{escape(t.error or '')}")
+            elif t.status in ("fail", "warn"):
+                console.print(f"[{styles[t.status]}]{t.status}:[/] {escape(t.summary())}")
