@@ -149,8 +149,15 @@ def test_each_kind_passes_then_fails_and_a_failure_writes_nothing(
     assert any(f"test `{test['name']}` (warn): {count} failing" in w for w in warned.warnings)
     after = inspector.state(tmp_path)
     assert len(after[0]) == len(before[0]) + 1
-    stored = sorted(r[:4] for r in table_rows(lake, f"SELECT * FROM sales.orders WHERE created_at < '{'2024-01-03'}'"))
+    stored = sorted(r[:4] for r in table_rows(lake, "SELECT * FROM sales.orders WHERE created_at < '2024-01-03'"))
     assert stored == digest_rows(GOOD + bad)
+    # committed materializations keep their test outcomes in the lake; the rolled-back one left none
+    recorded = table_rows(lake, "SELECT run_id, test, status, failures, line FROM lakewrap.test_results "
+                                "ORDER BY committed_at")
+    name = test["name"]
+    assert [r[1:] for r in recorded] == [(name, "pass", 0, 3), (name, "warn", count, 3)]
+    assert recorded[1][0] == table_rows(lake, "SELECT run_id FROM lakewrap.materializations "
+                                              "ORDER BY committed_at DESC LIMIT 1")[0][0]
 
 
 def test_the_run_results_file_holds_the_failures(tmp_path: Path) -> None:

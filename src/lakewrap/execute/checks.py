@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lakewrap.compilers import lake as lake_sql
 from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, SchemaCheck
 from lakewrap.errors import ExecutionError, Location
@@ -86,6 +87,19 @@ def failure(outcomes: list[TestOutcome]) -> DataTestFailure | None:
         hint="fix the data or the model; `lakewrap test` re-runs the tests against the published data, "
         "`severity=warn` reports a test without blocking the write",
     )
+
+
+def record(con: Any, log: StatementLog, run_id: str, compiled: CompiledPlan, partition: str | None,
+           outcomes: list[TestOutcome]) -> None:
+    """Store each test's outcome in ``lakewrap.test_results``, in the transaction about to commit."""
+    import json
+
+    for t in outcomes:
+        log.run(con, lake_sql.insert_test_result(), {
+            "run_id": run_id, "target": compiled.target, "partition_value": partition, "model": t.path,
+            "line": t.line, "test": t.name, "kind": t.kind, "severity": t.severity, "status": t.status,
+            "failures": t.failures, "sample": json.dumps(t.sample, default=str),
+        })
 
 
 def check_schema(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog) -> list[str]:

@@ -187,6 +187,7 @@ class Executor:
         if (window := compiled.window) and window.kind == "dynamic":
             watermark = datetime.fromisoformat(window.end)
         pins = {"snapshot": pin}
+        checks.record(con, log, self.run_id, compiled, result.partition, outcomes)
         log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id})
         log.run(con, sql.insert_materialization(), {
             "run_id": self.run_id, "model": compiled.path, "target": compiled.target,
