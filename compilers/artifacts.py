@@ -54,8 +54,7 @@ class SchemaCheck(_Out):
     """
 
     mode: Literal["fail", "append_new_columns", "sync_all_columns", "ignore"]
-    relation: str | None  # the staged result (a temporary table); None: the statement's own SELECT
-    result_sql: str | None = None  # ``SELECT * FROM (<model>) LIMIT 0`` when nothing is staged
+    relation: str | None  # the staged result (a temporary table); None: read from the plan's bootstrap
     managed: tuple[str, ...] = ()  # columns lakewrap adds (SCD2), never compared
     named: tuple[str, ...] = ()  # columns the write statements name (MERGE, SCD2): cannot be left out
 

@@ -60,9 +60,7 @@ def check_for(plan: Plan, compiler: Compiler, shapes: Sequence[Shape]) -> Schema
             ("is_deleted",) if spec.strategy.hard_deletes == "new_record" else ())
     if isinstance(spec.strategy, MergeStrategy | SnapshotStrategy):
         named = plan.columns or ()
-    result_sql = None if staged else q.render(compiler.empty_of(compiler.query(plan)))
-    return SchemaCheck(mode=spec.on_schema_change, relation=STAGE if staged else None, result_sql=result_sql,
-                       managed=managed, named=named)
+    return SchemaCheck(mode=spec.on_schema_change, relation=STAGE if staged else None, managed=managed, named=named)
 
 
 # --- SQL the executor runs ------------------------------------------------------------------------
@@ -83,14 +81,23 @@ def columns_query() -> str:
     )
 
 
-def stage_result(result_sql: str) -> str:
-    """``CREATE OR REPLACE TEMPORARY TABLE __lakewrap_result AS <SELECT ... LIMIT 0>``: the result's
-    schema, without rows, for a plan that stages nothing."""
+def stage_result(bootstrap_sql: str) -> str:
+    """``CREATE OR REPLACE TEMPORARY TABLE __lakewrap_result AS SELECT * FROM (<SELECT>) LIMIT 0``:
+    the result's schema, without rows, for a plan that stages nothing.
+
+    The query is the plan's own first-run bootstrap (``CREATE TABLE IF NOT EXISTS <target> AS
+    SELECT * FROM (<SELECT>) LIMIT 0``), re-targeted at a temporary table: parsed here, when a run
+    needs it, so compiling costs nothing extra.
+    """
     import sqlglot
 
+    create = sqlglot.parse_one(bootstrap_sql, read="duckdb")
+    query = create.args.get("expression") if isinstance(create, exp.Create) else None
+    if not isinstance(query, exp.Query):
+        raise ValueError(f"not a CREATE TABLE ... AS SELECT: {bootstrap_sql[:80]}")
     return q.render(exp.Create(this=q.table(None, RESULT), kind="TABLE", replace=True,
                                properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
-                               expression=sqlglot.parse_one(result_sql, read="duckdb")))
+                               expression=query))
 
 
 def drop_result() -> str:

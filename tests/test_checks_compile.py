@@ -105,7 +105,7 @@ def test_a_model_without_checks_compiles_without_test_statements(tmp_path: Path)
                               use_cache=False)
     assert all(s.role != "test" and s.test is None for s in plan.statements)
     assert plan.schema_check is not None and plan.schema_check.mode == "fail"
-    assert plan.schema_check.relation is None and plan.schema_check.result_sql is not None
+    assert plan.schema_check.relation is None
 
 
 def test_table_and_view_plans_have_no_schema_check(tmp_path: Path) -> None:

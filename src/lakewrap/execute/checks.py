@@ -115,9 +115,10 @@ def check_schema(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: Stat
     if not table:
         return []
     relation = check.relation
-    if relation is None:
-        assert check.result_sql is not None
-        log.run(con, schema_sql.stage_result(check.result_sql), role="schema")
+    if relation is None:  # nothing staged: the result's columns from its `LIMIT 0` bootstrap query
+        bootstrap = next(st for st in compiled.statements if st.role == "bootstrap")
+        params = {k: v.python() for k, v in bootstrap.params.items()}
+        log.run(con, schema_sql.stage_result(bootstrap.sql), params or None, role="schema")
         relation = schema_sql.RESULT
     result = [tuple(r) for r in log.run(con, query, {"database": "temp", "schema": "main", "name": relation},
                                         role="schema").fetchall()]
