@@ -24,7 +24,7 @@ from sqlglot.errors import ParseError
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import CompiledStatement, TestInfo
 from lakewrap.errors import Location, ModelError
-from lakewrap.plan import Plan
+from lakewrap.plan import Param, Plan
 from lakewrap.spec import ColumnSpec, SnapshotStrategy, TestSpec
 
 if TYPE_CHECKING:
@@ -317,14 +317,16 @@ def attach(plan: Plan, compiler: Compiler, shapes: list[Shape]) -> list[Shape]:
     return out
 
 
-def compile_tests(plan: Plan, compiler: Compiler) -> tuple[CompiledStatement, ...]:
+def compile_tests(plan: Plan, compiler: Compiler, fallback: dict[str, Param] | None = None,
+                  ) -> tuple[CompiledStatement, ...]:
     """Only the test statements of ``plan``, rendered (``lakewrap test``: no write around them).
 
-    ``plan.binding`` None tests the whole table, whatever the model's partitioning.
+    ``plan.binding`` None tests the whole table, whatever the model's partitioning; ``fallback``
+    binds the parameters the plan does not (a ``-- test sql`` query's window, then).
     """
     from lakewrap.sqltext import parameters
 
-    available = plan.params()
+    available = {**(fallback or {}), **plan.params()}
     out = []
     for shape in test_shapes(plan, compiler):
         used = parameters(shape.node)

@@ -9,7 +9,6 @@ values, are logged to ``target/test/<id>/<target>.sql``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -20,10 +19,14 @@ from lakewrap.compile import _Cache, load_project, plan_for
 from lakewrap.errors import LakewrapError
 from lakewrap.execute.checks import TestOutcome, run_test
 from lakewrap.execute.lake import Lake
+from lakewrap.plan import Param
 from lakewrap.spec import ModelSpec, TimePartitioning
 
-# A whole-table run binds the window parameters a `-- test sql` query may use to the widest range.
-WHOLE_TABLE = {"partition_start": "-infinity", "partition_end": "infinity", "partition_value": None}
+# A whole-table run binds the window parameters a `-- test sql` query may use to the widest range
+# (DuckDB casts the text '-infinity' / 'infinity' to a timestamp).
+WHOLE_TABLE = {"partition_start": Param(type="VARCHAR", value="-infinity"),
+               "partition_end": Param(type="VARCHAR", value="infinity"),
+               "partition_value": Param(type="VARCHAR", value="")}
 
 
 @dataclass
@@ -107,7 +110,7 @@ def _test_model(con: Any, lake: Lake, folder: Path, spec: ModelSpec, partition: 
         from lakewrap.compilers.artifacts import CompiledPlan
         from lakewrap.compilers.checks import compile_tests
 
-        statements = compile_tests(plan, compiler_for(plan.substrate))
+        statements = compile_tests(plan, compiler_for(plan.substrate), fallback=WHOLE_TABLE if value is None else None)
     except LakewrapError as exc:
         out.error = lake.redact(exc.render())
         return out
@@ -120,28 +123,16 @@ def _test_model(con: Any, lake: Lake, folder: Path, spec: ModelSpec, partition: 
     log = StatementLog(folder, compiled, lake.redact)
     try:
         for st in compiled.statements:
-            if st.role != "test":
-                continue
-            assert st.test is not None
-            if value is None:
-                used = set(re.findall(r"\$([A-Za-z_]\w*)", st.sql)) - set(st.params)
-                extra = {k: v for k, v in WHOLE_TABLE.items() if k in used}
-                if extra:
-                    st = st.model_copy(update={"params": {**st.params, **_params(extra)}})
+            info = st.test
+            assert info is not None
             try:
                 out.tests.append(run_test(con, st, log, spec.path))
             except Exception as exc:  # e.g. the table does not exist yet: that test cannot run
-                out.tests.append(TestOutcome(st.test.name, st.test.kind, st.test.severity, spec.path, st.test.line,
-                                             "error", error=lake.redact(str(exc).strip().splitlines()[0])))
+                out.tests.append(TestOutcome(info.name, info.kind, info.severity, spec.path, info.line, "error",
+                                             error=lake.redact(str(exc).strip().splitlines()[0])))
     finally:
         log.close("ok" if out.ok else "failed", out.error)
     return out
-
-
-def _params(values: dict[str, str | None]) -> dict[str, Any]:
-    from lakewrap.plan import Param
-
-    return {k: Param(type="VARCHAR", value=v if v is not None else "") for k, v in values.items()}
 
 
 def print_report(report: TestReport, console: Any) -> None:
