@@ -18,12 +18,23 @@ STAGE = "__lakewrap_stage"
 
 SCHEMA_VERSION = 1
 
-Role = Literal["setup", "stage", "guard", "bootstrap", "write", "cleanup", "literal"]
+Role = Literal["setup", "stage", "guard", "bootstrap", "write", "test", "cleanup", "literal"]
 Effect = Literal["insert", "delete", "update", "merge"]
 
 
 class _Out(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TestInfo(_Out):
+    """What a ``test`` statement checks: the ``-- test`` line it comes from and its severity."""
+
+    __test__ = False  # not a pytest class
+
+    name: str
+    kind: str
+    severity: Literal["error", "warn"]
+    line: int
 
 
 class CompiledStatement(_Out):
@@ -34,6 +45,21 @@ class CompiledStatement(_Out):
     params: dict[str, Param] = {}
     note: str | None = None
     effect: Effect | None = None  # what a write's row count means
+    test: TestInfo | None = None  # for ``test`` statements
+
+
+class SchemaCheck(_Out):
+    """How ``lakewrap run`` compares the result's columns with the live table before writing.
+
+    The comparison depends on the table as it is when the transaction runs, so the executor reads
+    both column lists inside the transaction (``lakewrap.compilers.schema``) and runs the
+    statements ``on_schema_change`` calls for before the first write.
+    """
+
+    mode: Literal["fail", "append_new_columns", "sync_all_columns", "ignore"]
+    relation: str | None  # the staged result (a temporary table); None: read from the plan's bootstrap
+    managed: tuple[str, ...] = ()  # columns lakewrap adds (SCD2), never compared
+    named: tuple[str, ...] = ()  # columns the write statements name (MERGE, SCD2): cannot be left out
 
 
 class Window(_Out):
@@ -62,6 +88,7 @@ class CompiledPlan(_Out):
     idempotent_note: str
     statements: tuple[CompiledStatement, ...]
     sql_sha256: str
+    schema_check: SchemaCheck | None = None
 
     @staticmethod
     def digest(statements: tuple[CompiledStatement, ...]) -> str:

@@ -13,7 +13,16 @@ from typing import ClassVar, Literal
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, Effect, Role, Window
+from lakewrap.compilers.artifacts import (
+    STAGE,
+    CompiledPlan,
+    CompiledStatement,
+    Effect,
+    Role,
+    SchemaCheck,
+    TestInfo,
+    Window,
+)
 from lakewrap.errors import Location, ModelError, UnsupportedError
 from lakewrap.plan import Plan
 from lakewrap.spec import (
@@ -94,6 +103,7 @@ class Shape:
     node: exp.Expr
     note: str | None = None
     text: str | None = None  # literal models: the statement exactly as written
+    test: TestInfo | None = None  # test statements: which ``-- test`` line
 
 
 class Compiler:
@@ -117,6 +127,7 @@ class Compiler:
                     params={k: available[k] for k in sorted(used) if k in available},
                     note=shape.note,
                     effect=_effect(shape),
+                    test=shape.test,
                 )
             )
         stmts = tuple(statements)
@@ -144,6 +155,7 @@ class Compiler:
             idempotent_note=note,
             statements=stmts,
             sql_sha256=CompiledPlan.digest(stmts),
+            schema_check=self.schema_check(plan, shapes),
         )
 
     def probe(self, plan: Plan) -> CompiledStatement:
@@ -166,7 +178,15 @@ class Compiler:
             SnapshotStrategy: self.snapshot,
             LiteralStrategy: self.literal,
         }
-        return builders[type(strategy)](plan)
+        from lakewrap.compilers import checks
+
+        return checks.attach(plan, self, builders[type(strategy)](plan))
+
+    def schema_check(self, plan: Plan, shapes: list[Shape]) -> SchemaCheck | None:
+        """How ``run`` compares the result with the live table (``lakewrap.compilers.schema``)."""
+        from lakewrap.compilers import schema
+
+        return schema.check_for(plan, self, shapes)
 
     def idempotency(self, plan: Plan) -> tuple[bool | None, str]:
         match plan.model.strategy:
@@ -296,6 +316,11 @@ class Compiler:
     # --- strategies -------------------------------------------------------------------------------
 
     def table(self, plan: Plan) -> list[Shape]:
+        if plan.model.columns:  # a contract is checked on the staged result, before the write
+            node = exp.Create(this=self.target(plan), kind="TABLE", replace=True,
+                              expression=self.from_stage().select(exp.Star()))
+            return [self.setup(plan), self.stage(plan, self.query(plan)), Shape("write", node, "full rebuild"),
+                    self.drop(STAGE)]
         node = exp.Create(this=self.target(plan), kind="TABLE", replace=True, expression=self.query(plan))
         return [self.setup(plan), Shape("write", node, "full rebuild")]
 
@@ -326,7 +351,7 @@ class Compiler:
         return shapes
 
     def append(self, plan: Plan) -> list[Shape]:
-        if plan.binding is None:
+        if plan.binding is None and not plan.model.columns:  # a contract needs the staged result
             query = self.query(plan)
             shapes = [self.setup(plan)]
             shapes += self.bootstrap(plan, self.empty_of(query.copy()))

@@ -19,6 +19,9 @@ ROLLBACK = "ROLLBACK"
 STATE_SCHEMA = "lakewrap"
 MATERIALIZATIONS = "materializations"
 COMPILED_SQL = "compiled_sql"
+TEST_RESULTS = "test_results"
+TEST_RESULT_COLUMNS = ("run_id", "target", "partition_value", "model", "line", "test", "kind", "severity", "status",
+                       "failures", "sample")
 
 
 def load_extension(path_or_name: str, *, is_path: bool) -> str:
@@ -78,6 +81,11 @@ def state_ddl() -> list[str]:
             ("lakewrap_version", "VARCHAR"),
         ]),
         table(COMPILED_SQL, [("sql_sha256", "VARCHAR"), ("statements", "VARCHAR")]),
+        table(TEST_RESULTS, [
+            ("run_id", "VARCHAR"), ("target", "VARCHAR"), ("partition_value", "VARCHAR"), ("model", "VARCHAR"),
+            ("line", "INTEGER"), ("test", "VARCHAR"), ("kind", "VARCHAR"), ("severity", "VARCHAR"),
+            ("status", "VARCHAR"), ("failures", "BIGINT"), ("sample", "VARCHAR"), ("committed_at", "TIMESTAMPTZ"),
+        ]),
     ]
 
 
@@ -138,6 +146,14 @@ def insert_materialization() -> str:
             "committed_at", "attempt", "lakewrap_version"]
     values = [exp.func("now") if c == "committed_at" else q.param(c) for c in cols]
     return q.render(exp.insert(exp.select(*values), q.table(STATE_SCHEMA, MATERIALIZATIONS),
+                               columns=[q.ident(c) for c in cols]))
+
+
+def insert_test_result() -> str:
+    """One data test's outcome, committed with the materialization it checked (``docs/tests.md``)."""
+    cols = [*TEST_RESULT_COLUMNS, "committed_at"]
+    values = [exp.func("now") if c == "committed_at" else q.param(c) for c in cols]
+    return q.render(exp.insert(exp.select(*values), q.table(STATE_SCHEMA, TEST_RESULTS),
                                columns=[q.ident(c) for c in cols]))
 
 

@@ -70,6 +70,16 @@ class Project:
 
         return seed_project(self.root)
 
+    def test(self, selectors: Sequence[str] = (), *, partition: str | None = None) -> Any:
+        """Run the selected models' ``-- test`` lines against the published data (see ``lakewrap test``).
+
+        Returns a :class:`lakewrap.datatests.TestReport` (``ok``, and per model each test's outcome,
+        failing-row count and sample).
+        """
+        from lakewrap.datatests import run_tests
+
+        return run_tests(self.root, selectors, partition=partition)
+
     def query(self, sql: str) -> Any:
         """One read-only SELECT against the lake, as a ``pyarrow.Table``."""
         from lakewrap.inspect import query_arrow

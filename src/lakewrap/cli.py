@@ -191,6 +191,57 @@ def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str
     _emit_run(report, fmt)
 
 
+@main.command("test")
+@click.argument("selectors", nargs=-1)
+@click.option("--exclude", multiple=True, help="Selectors to leave out.")
+@click.option("--partition", help="Test this partition of partitioned models (default: the whole table).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@project_option
+@handled
+def test_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, fmt: str,
+             project: Path) -> None:
+    """Run the models' `-- test` lines against the published data (read-only).
+
+    Exit code 1 when an error-severity test finds failing rows or cannot run; warn tests only report.
+    """
+    from lakewrap.datatests import run_tests
+
+    report = run_tests(project, selectors, exclude=exclude, partition=partition)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    else:
+        _emit_tests(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _emit_tests(report: Any) -> None:
+    """The table ``lakewrap test`` prints, then each failure with its first failing row."""
+    if not report.results:
+        sys.stdout.write("no selected model has tests\n")
+        return
+    styles = {"pass": "green", "warn": "yellow", "fail": "red", "error": "red"}
+    rows: list[tuple[str, ...]] = []
+    row_styles: list[str | None] = []
+    for r in report.results:
+        if r.error:
+            rows.append((r.target, r.partition or "-", "-", "-", "error", "-"))
+            row_styles.append("red")
+        for t in r.tests:
+            rows.append((r.target, r.partition or "-", t.name, t.severity, t.status, str(t.failures)))
+            row_styles.append(styles[t.status])
+    _show_table(("model", "partition", "test", "severity", "status", "failing rows"), rows,
+                right=("failing rows",), styles=row_styles)
+    for r in report.results:
+        if r.error:
+            _say("error:", f"{r.target}: {r.error}", "bold red")
+        for t in r.tests:
+            if t.status == "error":
+                _say("error:", f"{t.path}:{t.line}: test `{t.name}`: {t.error or ''}", "bold red")
+            elif t.status in ("fail", "warn"):
+                _say(f"{t.status}:", t.summary(), styles[t.status])
+
+
 @main.command("seed")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @project_option

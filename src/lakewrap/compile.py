@@ -301,7 +301,10 @@ def _template(compiled: CompiledPlan) -> Template:
 
 
 def _plan_key(plan: Plan) -> str:
-    return f"{plan.substrate}:{','.join(plan.columns) if plan.columns else '*'}"
+    key = f"{plan.substrate}:{','.join(plan.columns) if plan.columns else '*'}"
+    if plan.test_sql:  # `-- test sql` files are part of the compiled plan
+        key += ":" + _sha(json.dumps(plan.test_sql, sort_keys=True).encode())
+    return key
 
 
 def _parse_one(path: Path, root: Path, text: str | None, pre: _Precompile | None) -> _Parsed | None:
@@ -314,7 +317,7 @@ def _parse_one(path: Path, root: Path, text: str | None, pre: _Precompile | None
         return None
     if pre is not None and parsed.spec is not None:
         try:
-            parsed.plan = plan_for(parsed.spec, pre.substrate, pre.partition, pre.now)
+            parsed.plan = plan_for(parsed.spec, pre.substrate, pre.partition, pre.now, root)
             parsed.compiled = _compiler(parsed.plan.substrate).compile(parsed.plan)
         except Exception:
             pass  # compiled again, in dependency order, if the model is selected
@@ -421,13 +424,22 @@ def _text_of(path: Path) -> str | None:
 # --- planning and compiling -----------------------------------------------------------------------
 
 
-def plan_for(spec: ModelSpec, substrate: Substrate, partition: str | None, now: datetime) -> Plan:
-    """The plan of one model; ``partition`` only applies to time-partitioned models."""
+def plan_for(spec: ModelSpec, substrate: Substrate, partition: str | None, now: datetime,
+             root: Path | None = None) -> Plan:
+    """The plan of one model; ``partition`` only applies to time-partitioned models.
+
+    With ``root``, the files of the model's ``-- test sql`` lines are read into the plan.
+    """
     value = partition if isinstance(spec.partition, TimePartitioning) else None
     try:
-        return make_plan(spec, substrate=substrate, partition=value, now=now)
+        plan = make_plan(spec, substrate=substrate, partition=value, now=now)
     except PlanError as exc:
         raise PlanError(f"{spec.path}: {exc.message}", hint=exc.hint) from None
+    if root is not None and spec.tests:
+        from lakewrap.testfiles import read_test_files
+
+        plan = read_test_files(plan, root)
+    return plan
 
 
 def _compiler(substrate: str) -> Compiler:
@@ -504,10 +516,10 @@ def compile_project(
         project = load_project(root, cache, jobs=jobs, precompile=pre)
         selected = project.select(selectors, exclude)
         if pre is None:
-            _precompile_selected(selected, cache, substrate, partition, now, jobs)
+            _precompile_selected(selected, cache, substrate, partition, now, jobs, root)
         out: list[CompiledPlan] = []
         for spec in selected:  # in dependency order: the first failing model is the one reported
-            out.append(compile_plan(plan_for(spec, substrate, partition, now), cache))
+            out.append(compile_plan(plan_for(spec, substrate, partition, now, root), cache))
     cache.save()
     return out
 
@@ -529,7 +541,7 @@ def _fewer_collections() -> Iterator[None]:
 
 
 def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Substrate, partition: str | None,
-                         now: datetime, jobs: int | None) -> None:
+                         now: datetime, jobs: int | None, root: Path | None = None) -> None:
     """Compile the selected models missing from the cache in parallel (a selection on a cold cache)."""
     missing: list[Plan] = []
     for spec in selected:
@@ -537,7 +549,7 @@ def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Su
         if entry is None:
             continue
         try:
-            plan = plan_for(spec, substrate, partition, now)
+            plan = plan_for(spec, substrate, partition, now, root)
         except PlanError:
             continue  # raised again, in order, by compile_project
         if _plan_key(plan) not in entry.plans:

@@ -62,6 +62,8 @@ class Plan(Frozen):
     binding: Binding | None = None
     run_timestamp: datetime | None = None
     columns: tuple[str, ...] | None = Field(default=None)
+    # ``-- test sql <file>``: each file's text by its project-relative path (read by the caller)
+    test_sql: dict[str, str] = Field(default_factory=dict)
 
     def params(self) -> dict[str, Param]:
         """Every parameter this plan can bind (statements take the subset they use)."""

@@ -182,7 +182,12 @@ def run_project(
 def materialize_spec(con: Any, executor: Executor, spec: ModelSpec, value: str | None, now: datetime,
                      cache: _Cache | None, *, drop_first: bool = False) -> Result:
     try:
-        compiled = compile_plan(plan_model(con, spec, value, now), cache)
+        plan = plan_model(con, spec, value, now)
+        if spec.tests:
+            from lakewrap.testfiles import read_test_files
+
+            plan = read_test_files(plan, executor.lake.root)
+        compiled = compile_plan(plan, cache)
     except LakewrapError as exc:
         return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
                       status="failed", error=executor.lake.redact(exc.render()), error_class=type(exc).__name__)

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from lakewrap import __version__
 from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement
 from lakewrap.errors import ExecutionError, LakewrapError
+from lakewrap.execute import checks
 from lakewrap.execute import statements as sql
 from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
@@ -55,6 +56,9 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     error_class: str | None = None
+    # every data test run before COMMIT: name, severity, line, status, failing-row count, <= 20 sample rows
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    schema_changes: list[str] = field(default_factory=list)  # ALTER statements on_schema_change ran
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -122,6 +126,10 @@ class Executor:
                  drop_first: bool) -> None:
         inserted = updated = deleted = 0
         stage_rows: int | None = None
+        result.tests.clear()
+        result.schema_changes.clear()
+        outcomes: list[checks.TestOutcome] = []
+        schema_check = compiled.schema_check
         started_at = datetime.now(timezone.utc)
         fenced_sha = self._fence(con, compiled.target, log)
         create_fence = fenced_sha is None
@@ -134,6 +142,16 @@ class Executor:
             schema, name = compiled.target.split(".", 1)
             log.run(con, sql.drop_table(schema, name))
         for st in compiled.statements:
+            if schema_check is not None and st.role in ("bootstrap", "write"):  # before the first write
+                result.schema_changes = checks.check_schema(con, schema_check, compiled, log)
+                schema_check = None
+            if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
+                outcome = checks.run_test(con, st, log, compiled.path)
+                outcomes.append(outcome)
+                result.tests.append(outcome.to_dict())
+                if outcome.status == "warn":
+                    result.warnings.append(outcome.summary())
+                continue
             if st.effect == "merge":
                 before = self._count(con, compiled.target, log)
             cursor = self._execute(con, st, log)
@@ -154,6 +172,8 @@ class Executor:
                     inserted += grown
                     updated += n - grown
         result.rows_inserted, result.rows_updated, result.rows_deleted = inserted, updated, deleted
+        if (failed := checks.failure(outcomes)) is not None:
+            raise failed
         if compiled.strategy == "snapshot" and inserted == updated == deleted == 0:
             log.run(con, sql.ROLLBACK)
             result.status = "unchanged"
@@ -168,6 +188,7 @@ class Executor:
         if (window := compiled.window) and window.kind == "dynamic":
             watermark = datetime.fromisoformat(window.end)
         pins = {"snapshot": pin}
+        checks.record(con, log, self.run_id, compiled, result.partition, outcomes)
         log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id, "sql_sha256": compiled.sql_sha256})
         log.run(con, sql.insert_materialization(), {
             "run_id": self.run_id, "model": compiled.path, "target": compiled.target,

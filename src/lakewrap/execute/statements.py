@@ -6,7 +6,8 @@ depend only on their arguments and on the code that renders them, so they are ke
 cache (``target/cache``, keyed by lakewrap's and sqlglot's code like the models' templates): a
 warm run takes every statement from there and never imports sqlglot.
 
-Use this module as you would :mod:`lakewrap.compilers.lake` (``statements.fence_update(target)``).
+Use this module as you would :mod:`lakewrap.compilers.lake` (``statements.fence_update(target)``);
+it also serves the builders of :mod:`lakewrap.compilers.schema` (``statements.columns_query()``).
 The S3 secret, which carries credentials, is never remembered: it is built afresh each time.
 """
 
@@ -47,9 +48,14 @@ def saved() -> None:
 
 
 def _builder(name: str) -> Callable[..., Any]:
+    """The builder ``name`` in :mod:`lakewrap.compilers.lake` or :mod:`lakewrap.compilers.schema`."""
     from lakewrap.compilers import lake
 
-    return getattr(lake, name)  # type: ignore[no-any-return]
+    if hasattr(lake, name):
+        return getattr(lake, name)  # type: ignore[no-any-return]
+    from lakewrap.compilers import schema
+
+    return getattr(schema, name)  # type: ignore[no-any-return]
 
 
 def __getattr__(name: str) -> Callable[..., Any]:

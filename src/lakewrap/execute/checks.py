@@ -1,0 +1,130 @@
+"""Running the checks of a materialization inside its transaction (write-audit-publish).
+
+* ``test`` statements (compiled by :mod:`lakewrap.compilers.checks`) return the failing rows, each
+  carrying the total count; a failure of an ``error`` test rolls the transaction back, a ``warn``
+  test is reported and the write commits.
+* the ``on_schema_change`` comparison (:mod:`lakewrap.compilers.schema`) reads the columns of the
+  staged result and of the live table in the same transaction, before the first write, and runs
+  the ``ALTER TABLE`` statements the mode calls for.
+
+Every statement run here was rendered by ``lakewrap.compilers``; nothing builds SQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from lakewrap.compilers import schema as schema_sql
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, SchemaCheck
+from lakewrap.errors import ExecutionError, Location
+from lakewrap.execute import statements as sql
+from lakewrap.execute.log import StatementLog
+
+Outcome = Literal["pass", "fail", "warn", "error"]  # error: the test could not run (``lakewrap test``)
+
+
+@dataclass
+class TestOutcome:
+    """One test of one materialization (or of ``lakewrap test``): plain data, JSON-ready."""
+
+    __test__ = False  # not a pytest class
+
+    name: str
+    kind: str
+    severity: str
+    path: str
+    line: int
+    status: Outcome
+    failures: int = 0
+    columns: list[str] = field(default_factory=list)
+    sample: list[dict[str, Any]] = field(default_factory=list)  # at most 20 failing rows (or groups)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def summary(self, *, with_path: bool = True) -> str:
+        """``models/m.sql:4: test `unique id` (error): 3 failing rows, e.g. (id=7, occurrences=2)``."""
+        example = ""
+        if self.sample:
+            example = ", e.g. (" + ", ".join(f"{k}={v}" for k, v in self.sample[0].items()) + ")"
+        noun = "failing row" if self.failures == 1 else "failing rows"
+        where = f"{self.path}:{self.line}: " if with_path else f"line {self.line}: "
+        return f"{where}test `{self.name}` ({self.severity}): {self.failures} {noun}{example}"
+
+
+class DataTestFailure(ExecutionError):
+    """An ``error``-severity test found failing rows: the materialization was rolled back."""
+
+
+def run_test(con: Any, st: CompiledStatement, log: StatementLog, path: str) -> TestOutcome:
+    """Run one compiled test statement; its rows are the failing rows (count in the first column)."""
+    assert st.test is not None
+    params = {k: v.python() for k, v in st.params.items()}
+    cursor = log.run(con, st.sql, params or None, role="test")
+    names = [d[0] for d in cursor.description][1:]
+    rows = cursor.fetchall()
+    info = st.test
+    if not rows:
+        return TestOutcome(info.name, info.kind, info.severity, path, info.line, "pass", columns=names)
+    return TestOutcome(info.name, info.kind, info.severity, path, info.line,
+                       "fail" if info.severity == "error" else "warn", failures=int(rows[0][0]), columns=names,
+                       sample=[dict(zip(names, row[1:], strict=True)) for row in rows])
+
+
+def failure(outcomes: list[TestOutcome]) -> DataTestFailure | None:
+    """The error that rolls the materialization back, when an ``error`` test failed."""
+    failed = [t for t in outcomes if t.status == "fail"]
+    if not failed:
+        return None
+    first = failed[0]
+    head = "a test failed" if len(failed) == 1 else f"{len(failed)} tests failed"
+    return DataTestFailure(
+        f"{head}, the write was rolled back (nothing was written): "
+        + "; ".join(t.summary(with_path=False) for t in failed),
+        location=Location(first.path, first.line),
+        hint="fix the data or the model; `lakewrap test` re-runs the tests against the published data, "
+        "`severity=warn` reports a test without blocking the write",
+    )
+
+
+def record(con: Any, log: StatementLog, run_id: str, compiled: CompiledPlan, partition: str | None,
+           outcomes: list[TestOutcome]) -> None:
+    """Store each test's outcome in ``lakewrap.test_results``, in the transaction about to commit."""
+    import json
+
+    for t in outcomes:
+        log.run(con, sql.insert_test_result(), {
+            "run_id": run_id, "target": compiled.target, "partition_value": partition, "model": t.path,
+            "line": t.line, "test": t.name, "kind": t.kind, "severity": t.severity, "status": t.status,
+            "failures": t.failures, "sample": json.dumps(t.sample, default=str),
+        })
+
+
+def check_schema(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog) -> list[str]:
+    """Compare the result with the live table and run what ``on_schema_change`` calls for.
+
+    Returns the statements run (``ALTER TABLE ...``); raises ``SchemaChangeError`` when the mode
+    refuses the change. A table that does not exist yet has no columns: nothing to compare.
+    """
+    schema, name = compiled.target.split(".", 1)
+    query = sql.columns_query()
+    table = [tuple(r) for r in log.run(con, query, {"database": None, "schema": schema, "name": name},
+                                       role="schema").fetchall()]
+    if not table:
+        return []
+    relation = check.relation
+    if relation is None:  # nothing staged: the result's columns from its `LIMIT 0` bootstrap query
+        bootstrap = next(st for st in compiled.statements if st.role == "bootstrap")
+        params = {k: v.python() for k, v in bootstrap.params.items()}
+        log.run(con, sql.stage_result(bootstrap.sql), params or None, role="schema")
+        relation = schema_sql.RESULT
+    result = [tuple(r) for r in log.run(con, query, {"database": "temp", "schema": "main", "name": relation},
+                                        role="schema").fetchall()]
+    if check.relation is None:
+        log.run(con, sql.drop_result(), role="schema")
+    statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table)  # type: ignore[arg-type]
+    for stmt in statements:
+        log.run(con, stmt, role="schema")
+    return statements
