@@ -70,11 +70,11 @@ class Project:
 
         return seed_project(self.root)
 
-    def query(self, sql: str) -> Any:
-        """One read-only SELECT against the lake, as a ``pyarrow.Table``."""
+    def query(self, sql: str, *, as_of: str | None = None) -> Any:
+        """One read-only SELECT against the lake, as a ``pyarrow.Table`` (Iceberg: ``as_of`` a run or snapshot id)."""
         from lakewrap.inspect import query_arrow
 
-        return query_arrow(self.root, sql)
+        return query_arrow(self.root, sql, as_of=as_of)
 
     def status(self, selectors: Sequence[str] = ()) -> list[ModelStatus]:
         """Per model: partitions, gaps, last run, failures (see ``lakewrap status``)."""
