@@ -162,6 +162,13 @@ def materialize(
         strategy=strat, partition=part, sql="SELECT * FROM " + INPUT, body_line=1, output_columns=columns,
     )
     now = now or datetime.now(timezone.utc)
+    if not isinstance(lake, Lake):
+        from lakewrap.config import load_config
+
+        if load_config(Path(lake).resolve()).lake.substrate == "iceberg":
+            from lakewrap.iceberg_run import materialize_input
+
+            return materialize_input(Path(lake).resolve(), spec, INPUT, scan, partition, now, run_id)
     plan = make_plan(spec, partition=partition, now=now)
     compiled = compile_plan(plan)
     handle = lake if isinstance(lake, Lake) else Lake.open(Path(lake).resolve())

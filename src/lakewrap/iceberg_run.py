@@ -149,3 +149,22 @@ def seed_iceberg_project(root: Path, *, run_id: str | None = None) -> RunReport:
         report.finished_at = datetime.now(timezone.utc).isoformat()
         write_results(root, folder, report)
     return report
+
+
+def materialize_input(root: Path, spec: ModelSpec, name: str, data: Any, partition: str | None, now: datetime,
+                      run_id: str | None) -> Result:
+    """``lakewrap.materialize()`` on an Iceberg lake: ``data`` is registered as ``name`` for the plan's SQL."""
+    lake = IcebergLake.open(root)
+    plan = make_plan(spec, substrate="iceberg", partition=partition, now=now)
+    compiled = compile_plan(plan)
+    run_id = run_id or new_run_id(now)
+    folder = root / "target" / "run" / run_id
+    con = lake.connect()
+    try:
+        result = IcebergExecutor(lake, run_id, folder).materialize(con, compiled, inputs={name: data})
+    finally:
+        lake.close(con)
+    report = RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
+                       finished_at=datetime.now(timezone.utc).isoformat())
+    write_results(root, folder, report)
+    return result

@@ -21,6 +21,7 @@ import json
 import random
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -59,8 +60,12 @@ class IcebergExecutor:
     before_commit: Callable[[Any], None] | None = None
 
     def materialize(self, con: Any, compiled: CompiledPlan, *, reads: tuple[str, ...] = (),
-                    drop_first: bool = False) -> Result:
-        """Execute ``compiled``; a failure is returned as a ``failed`` :class:`Result`, nothing written."""
+                    drop_first: bool = False, inputs: dict[str, Any] | None = None) -> Result:
+        """Execute ``compiled``; a failure is returned as a ``failed`` :class:`Result`, nothing written.
+
+        ``reads`` are the tables the model reads (``schema.name``); ``inputs`` are Arrow tables (or
+        anything DuckDB scans) registered under their names for the plan's SQL.
+        """
         started = time.perf_counter()
         window = compiled.window
         result = Result(model=compiled.path, target=compiled.target, partition=window.value if window else None,
@@ -74,7 +79,7 @@ class IcebergExecutor:
                 result.rows_inserted = result.rows_updated = result.rows_deleted = 0
                 result.warnings.clear()
                 try:
-                    self._attempt(con, compiled, reads, result, log, attempt)
+                    self._attempt(con, compiled, reads, result, log, attempt, inputs or {})
                     break
                 except Exception as exc:
                     if not retryable(exc) or attempt == self.policy.attempts:
@@ -104,10 +109,12 @@ class IcebergExecutor:
     # --- one attempt ----------------------------------------------------------------------------
 
     def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
-                 log: StatementLog, attempt: int) -> None:
+                 log: StatementLog, attempt: int, inputs: dict[str, Any]) -> None:
         (op,) = compiled.commits
         started_at = datetime.now(timezone.utc)
         with self.lake.scratch(con, (*reads, compiled.target)) as (cursor, pinned):
+            for name, data in inputs.items():
+                cursor.register(name, data)
             target = pinned[compiled.target]
             if target.table is not None:
                 refuse_snapshot_isolation(target.table, compiled.target)
@@ -164,10 +171,12 @@ class IcebergExecutor:
             if n > 0:
                 raise StrictRefusal(f"{compiled.path}: the result is empty but the partition had {n} rows",
                                     hint="check the model's source; run without --strict to accept")
-        if op.operation == "overwrite" and table is not None:
-            tx.overwrite(rows, overwrite_filter=delete, snapshot_properties=summary)
-        else:
-            tx.append(rows, snapshot_properties=summary)
+        with warnings.catch_warnings():  # "Delete operation did not match any records": a new partition
+            warnings.simplefilter("ignore", UserWarning)
+            if op.operation == "overwrite" and table is not None:
+                tx.overwrite(rows, overwrite_filter=delete, snapshot_properties=summary)
+            else:
+                tx.append(rows, snapshot_properties=summary)
         if self.before_commit is not None:
             self.before_commit(tx)
         log.note(f"commit {commit_id}: {rows.num_rows} rows")
