@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from lakehouse import ARROW, Checker, Lakehouse, assert_same_rows, quote, show
+from lakewrap.compile import compile_project
 from lakewrap.compilers import iceberg as ice
 from lakewrap.config import load_config
 from lakewrap.execute.iceberg import IcebergLake
@@ -145,6 +146,14 @@ class IcebergChecker(Checker):
     """:class:`~lakehouse.Checker` reading states and lakewrap's state from Iceberg snapshots."""
 
     lakehouse: IcebergLakehouse
+
+    def sha(self, target: str, partition: str | None) -> str:
+        """The Iceberg plan's sql_sha256 (the base memo is keyed by model text, shared with DuckLake)."""
+        if target not in self.shas:
+            (plan,) = compile_project(self.lakehouse.root, [target], partition=partition, use_cache=False,
+                                      now=datetime(2024, 6, 1, tzinfo=timezone.utc), substrate="iceberg")
+            self.shas[target] = plan.sql_sha256
+        return self.shas[target]
 
     def verify(self) -> None:
         assert load_config(self.lakehouse.root).lake.substrate == "iceberg"
