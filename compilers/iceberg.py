@@ -82,12 +82,28 @@ class IcebergCompiler(Compiler):
         return [self.stage(plan, self.query(plan))]
 
     def delete_insert(self, plan: Plan) -> list[Shape]:
-        return self.computing(super().delete_insert(plan))
+        shapes = self.computing(super().delete_insert(plan))
+        return shapes + self.rows(plan, exp.select(exp.Star()).from_(q.table(None, STAGE)), "the window's new rows")
 
     def append(self, plan: Plan) -> list[Shape]:
         if plan.binding is None:
-            return [self.stage(plan, self.query(plan))]
-        return self.computing(super().append(plan))
+            shapes = [self.stage(plan, self.query(plan))]
+            shapes += self.bootstrap(plan, exp.select(exp.Star()).from_(q.table(None, STAGE)).limit(0))
+            shapes = self.computing(shapes)
+        else:
+            shapes = self.computing(super().append(plan))
+        return shapes + self.rows(plan, exp.select(exp.Star()).from_(q.table(None, STAGE)), "the rows")
+
+    def rows(self, plan: Plan, select: exp.Query, what: str) -> list[Shape]:
+        """``__lakewrap_rows``: the rows the commit appends, typed like the target by an INSERT BY NAME.
+
+        The same implicit casts and name matching as DuckLake's ``INSERT ... BY NAME`` into the
+        target, so both substrates store the same values with the same column types.
+        """
+        empty = exp.select(exp.Star()).from_(self.target(plan)).limit(0)
+        return [Shape("stage", self.temp(ROWS, empty), "the rows to append, with the target's columns and types"),
+                Shape("stage", exp.Insert(this=q.table(None, ROWS), expression=select, by_name=True),
+                      f"{what}: the rows to append, by column name")]
 
     def merge(self, plan: Plan) -> list[Shape]:
         shapes = self.computing(super().merge(plan))
@@ -117,8 +133,7 @@ class IcebergCompiler(Compiler):
                                            .from_(q.aliased(self.target(plan), TARGET)).where(on.copy()))))
         )
         rows = exp.union(exp.select(exp.Star()).from_(q.table(None, MATCHED)), fresh, distinct=False)
-        shapes.append(Shape("stage", self.temp(ROWS, rows), "updated rows and new keys: the rows to append"))
-        return shapes
+        return shapes + self.rows(plan, rows, "updated rows and new keys")
 
     def snapshot(self, plan: Plan) -> list[Shape]:
         shapes = self.computing(super().snapshot(plan))
@@ -169,9 +184,7 @@ class IcebergCompiler(Compiler):
         rows = parts[0]
         for part in parts[1:]:
             rows = exp.Union(this=rows, expression=part, distinct=False, by_name=True)
-        shapes.append(Shape("stage", self.temp(ROWS, rows),
-                            "closed versions, hard-delete records and new versions: the rows to append"))
-        return shapes
+        return shapes + self.rows(plan, rows, "closed versions, hard-delete records and new versions")
 
     def literal(self, plan: Plan) -> list[Shape]:
         raise UnsupportedError(
@@ -204,11 +217,11 @@ class IcebergCompiler(Compiler):
                 return [(op, set())]
             case "delete+insert":
                 where = self.window_condition(plan)
-                op = CommitOp(partition=layout, operation="overwrite", table=target, rows=from_stage, delete_where=q.render(where),
+                op = CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows, delete_where=q.render(where),
                               note="replace the window's rows" + spec)
                 return [(op, {p.name for p in where.find_all(exp.Placeholder)})]
             case "append":
-                return [(CommitOp(partition=layout, operation="append", table=target, rows=from_stage,
+                return [(CommitOp(partition=layout, operation="append", table=target, rows=from_rows,
                                   note="insert the rows" + spec), set())]
             case "merge":
                 s = plan.model.strategy
