@@ -212,34 +212,32 @@ class IcebergCompiler(Compiler):
             spec = f"; a new table is partitioned by {layout[0]}({layout[1]})"
         match plan.model.strategy.kind:
             case "table":
-                op = CommitOp(partition=layout, operation="overwrite", table=target, rows=from_stage, delete_where="TRUE",
-                              note="full rebuild: replace every row" + spec)
-                return [(op, set())]
+                return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_stage,
+                                  delete_where="TRUE", note="full rebuild: replace every row" + spec), set())]
             case "delete+insert":
-                where = self.window_condition(plan)
-                op = CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows, delete_where=q.render(where),
-                              note="replace the window's rows" + spec)
-                return [(op, {p.name for p in where.find_all(exp.Placeholder)})]
+                window = self.window_condition(plan)
+                return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
+                                  delete_where=q.render(window), note="replace the window's rows" + spec),
+                         {p.name for p in window.find_all(exp.Placeholder)})]
             case "append":
                 return [(CommitOp(partition=layout, operation="append", table=target, rows=from_rows,
                                   note="insert the rows" + spec), set())]
             case "merge":
-                s = plan.model.strategy
-                assert isinstance(s, MergeStrategy)
-                where = self.keys_in(s.unique_key, MATCHED)
-                op = CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows, delete_where=q.render(where),
-                              note="upsert on " + ", ".join(s.unique_key) + " computed in DuckDB: replace the "
-                              "matched rows, add the new keys" + spec)
-                return [(op, set())]
+                merge = plan.model.strategy
+                assert isinstance(merge, MergeStrategy)
+                note = ("upsert on " + ", ".join(merge.unique_key) + " computed in DuckDB: replace the matched "
+                        "rows, add the new keys" + spec)
+                return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
+                                  delete_where=q.render(self.keys_in(merge.unique_key, MATCHED)), note=note), set())]
             case "snapshot":
-                s2 = plan.model.strategy
-                assert isinstance(s2, SnapshotStrategy)
-                where = exp.and_(exp.EQ(this=q.col("is_current"), expression=exp.true()),
-                                 self.keys_in(s2.unique_key, CLOSED))
-                op = CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows, delete_where=q.render(where),
-                              note="SCD2: replace the closed current versions, add the new versions (nothing "
-                              "is committed when no row changed)" + spec)
-                return [(op, set())]
+                scd2 = plan.model.strategy
+                assert isinstance(scd2, SnapshotStrategy)
+                closed = exp.and_(exp.EQ(this=q.col("is_current"), expression=exp.true()),
+                                  self.keys_in(scd2.unique_key, CLOSED))
+                note = ("SCD2: replace the closed current versions, add the new versions (nothing is committed "
+                        "when no row changed)" + spec)
+                return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
+                                  delete_where=q.render(closed), note=note), set())]
         return []  # pragma: no cover - view and literal plans are refused by their shapes
 
     def keys_in(self, keys: tuple[str, ...], source: str) -> exp.Expr:

@@ -16,6 +16,7 @@ Use :func:`serve` (a context manager) to run it on a free port in a thread of th
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +40,6 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableRequest
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from werkzeug.serving import make_server
-import logging
 
 from servers import free_port
 

@@ -22,7 +22,6 @@ from lakewrap.errors import UnsupportedError
 from lakewrap.output import plan_sql
 from test_golden import CASES, GOLDEN, NOW, PARTITIONS, PROJECT
 
-
 # models Iceberg refuses at compile time: a view, a literal model, a merge with predicate=
 REFUSED = ("view_basic", "literal_statements", "merge_predicate")
 RUNNABLE = [c for c in CASES if c not in REFUSED]
@@ -87,7 +86,8 @@ def source_lake(root: Path) -> Any:
             con.execute(statement.sql(dialect="duckdb"))
     cat = lake.catalog()
     cat.create_namespace_if_not_exists("raw")
-    for (name,) in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'raw'").fetchall():
+    names = con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'raw'").fetchall()
+    for (name,) in names:
         rows = con.execute(f'SELECT * FROM raw."{name}"').to_arrow_table()
         cat.create_table(("raw", name), schema=rows.schema).append(rows)
     con.close()

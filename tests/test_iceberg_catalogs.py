@@ -97,7 +97,7 @@ def make_project(tmp_path: Path, kind: Kind, request: pytest.FixtureRequest, mon
         lines += ['catalog = "rest"']
         if warehouse:
             lines.append(f'warehouse = "{warehouse}"')
-        lines += s3_lines + ["", "[lake.rest]", f'uri = "{uri}"']
+        lines += [*s3_lines, "", "[lake.rest]", f'uri = "{uri}"']
     else:
         if warehouse:
             lines.append(f'warehouse = "{warehouse}"')

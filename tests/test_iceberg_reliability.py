@@ -23,9 +23,9 @@ import pytest
 from click.testing import CliRunner
 
 from lakewrap.cli import main
+from lakewrap.compile import load_project
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_commit import IcebergExecutor
-from lakewrap.compile import load_project
 from lakewrap.iceberg_run import materialize_spec, run_iceberg_project
 from lakewrap.iceberg_state import materializations
 

@@ -171,7 +171,8 @@ class LakeConfig(Frozen):
         if catalog != "sql" and self.path is not None:
             raise ValueError(f"path (the SQLite catalog file) does not apply to catalog = \"{catalog}\"")
         if self.write_path == "sql" and catalog != "rest":
-            raise ValueError("write_path = \"sql\" writes through DuckDB's Iceberg REST client: it needs catalog = \"rest\"")
+            raise ValueError("write_path = \"sql\" writes through DuckDB's Iceberg REST client: "
+                             "it needs catalog = \"rest\"")
         if self.s3 is not None and not self.is_s3:
             raise ValueError("[lake.s3] only applies to an s3:// warehouse")
         return self

@@ -70,7 +70,9 @@ def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
     if _check_as_of(root, as_of):
         from lakewrap.iceberg_state import query_cursor
 
-        return query_cursor(root, text, as_of, lambda c: QueryResult([d[0] for d in c.description], c.fetchall()))
+        result: QueryResult = query_cursor(root, text, as_of,
+                                           lambda c: QueryResult([d[0] for d in c.description], c.fetchall()))
+        return result
     lake = Lake.open(root.resolve(), read_only=True)
     con = lake.connect()
     try:

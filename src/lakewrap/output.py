@@ -48,7 +48,8 @@ def plan_sql(plan: CompiledPlan) -> str:
         lines.append("")
     if plan.commits:
         lines.append("-- the table.transaction() commits: one Iceberg catalog commit, isolation serializable,")
-        lines.append("-- lakewrap's state (run id, model, partition, strategy, sql_sha256, pins) in its snapshot summary")
+        lines.append("-- lakewrap's state (run id, model, partition, strategy, sql_sha256, pins) in its "
+                     "snapshot summary")
         lines.append("ROLLBACK;  -- the DuckDB statements above only staged rows; nothing is written through DuckDB")
         return "\n".join(lines) + "\n"
     lines.append("COMMIT;")

@@ -188,7 +188,7 @@ class IcebergExecutor:
             # Unknown outcome: look for this attempt's commit id before anything is retried.
             log.note(f"commit outcome unknown ({type(exc).__name__}); looking up commit {commit_id}")
             if not self._landed(compiled.target, commit_id):
-                if isinstance(exc, CommitStateUnknownException) or isinstance(exc, OSError):
+                if isinstance(exc, (CommitStateUnknownException, OSError)):
                     raise CommitUnknown(f"{compiled.path}: the commit's outcome was unknown and it is not in "
                                         f"the table's history: {str(exc).splitlines()[0]}") from exc
                 raise
@@ -293,7 +293,9 @@ def partition_spec(schema: Any, layout: tuple[str, str] | None) -> Any:
             transform == "hour" and str(field.field_type) == "date"):
         return UNPARTITIONED_PARTITION_SPEC
     source_id = field.field_id
-    fn = {"hour": HourTransform, "day": DayTransform, "month": MonthTransform, "year": YearTransform}[transform]()
+    transforms: dict[str, Any] = {"hour": HourTransform, "day": DayTransform, "month": MonthTransform,
+                                  "year": YearTransform}
+    fn = transforms[transform]()
     return PartitionSpec(PartitionField(source_id=source_id, field_id=1000, transform=fn,
                                         name=f"{column}_{transform}"))
 
@@ -347,7 +349,8 @@ def to_filter(condition: str, params: dict[str, Any], cursor: Any, schema: Any) 
             raise ExecutionError(f"cannot use `{node.sql()}` in an Iceberg row filter")
         return typed(v, types.get(column, ""))
 
-    comparisons = {exp.EQ: ie.EqualTo, exp.GTE: ie.GreaterThanOrEqual, exp.GT: ie.GreaterThan,
+    # pyiceberg's predicate classes are pydantic models typed for keyword construction
+    comparisons: dict[type, Any] = {exp.EQ: ie.EqualTo, exp.GTE: ie.GreaterThanOrEqual, exp.GT: ie.GreaterThan,
                    exp.LT: ie.LessThan, exp.LTE: ie.LessThanOrEqual}
 
     def convert(node: exp.Expr) -> Any:
@@ -372,12 +375,14 @@ def to_filter(condition: str, params: dict[str, Any], cursor: Any, schema: Any) 
             if not keys:
                 return ie.AlwaysFalse()
             if len(columns) == 1:
-                return ie.In(columns[0], {typed(k[0], types.get(columns[0], "")) for k in keys if k[0] is not None})
-            alternatives = [ie.And(*(ie.EqualTo(c, typed(v, types.get(c, ""))) for c, v in zip(columns, k, strict=True)))
-                            for k in set(keys)]
+                return in_(columns[0], {typed(k[0], types.get(columns[0], "")) for k in keys if k[0] is not None})
+            alternatives = [ie.And(*(equal_to(c, typed(v, types.get(c, "")))
+                                     for c, v in zip(columns, k, strict=True))) for k in set(keys)]
             return ie.Or(*alternatives) if len(alternatives) > 1 else alternatives[0]
         raise ExecutionError(f"cannot use `{node.sql()}` in an Iceberg row filter")
 
+    in_: Any = ie.In
+    equal_to: Any = ie.EqualTo
     return convert(sqlglot.parse_one(condition, read="duckdb"))
 
 
