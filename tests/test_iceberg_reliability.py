@@ -298,3 +298,19 @@ def test_a_bad_input_fails_clearly_and_writes_no_snapshot(case: str, tmp_path: P
     assert res["status"] == "failed" and message in res["error"], res["error"]
     assert res["error"].startswith("models/out/t.sql") or "models/out/t.sql" in res["error"]
     assert state() == before  # no table changed its metadata: no new snapshot anywhere
+
+
+def test_a_full_rebuild_takes_the_new_columns_in_one_commit(tmp_path: Path) -> None:
+    lake = project(tmp_path, {"out/t.sql": "-- materialized table\nSELECT id, v, ts FROM raw.src\n"})
+    source(lake, 1, 5)
+    assert run_iceberg_project(tmp_path, now=NOW).ok
+    (tmp_path / "models" / "out" / "t.sql").write_text(
+        "-- materialized table\nSELECT id, CAST(v AS VARCHAR) AS v, 'x' AS note FROM raw.src\n")
+    before = len(lake.load("out.t").snapshots())
+    (result,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert result.status == "success", result.error
+    table = lake.load("out.t")
+    assert [f.name for f in table.schema().fields] == ["id", "v", "note"]
+    assert str(table.schema().find_field("v").field_type) == "string"
+    assert table.scan().to_arrow().to_pylist()[0] | {"id": 0} == {"id": 0, "v": "0", "note": "x"}
+    assert len(materializations(table)) == 2 and len(table.snapshots()) > before

@@ -500,7 +500,14 @@ def compile_project(
     if substrate is None:
         from lakewrap.config import load_config
 
-        substrate = load_config(root).lake.substrate
+        lake = load_config(root).lake
+        if lake.substrate == "iceberg" and lake.write_path == "sql":
+            from lakewrap.errors import ConfigError, Location
+
+            raise ConfigError("write_path = \"sql\" (DuckDB writing through the REST catalog) cannot be compiled "
+                              "yet", location=Location("lakewrap.toml"),
+                              hint="leave write_path out: pyiceberg commits work with every catalog, rest included")
+        substrate = lake.substrate
     cache = _Cache.open(root.resolve(), use_cache) or _Cache.memory()
     # A whole-project compile compiles every model anyway: do it in the workers, beside the parse.
     pre = _Precompile(substrate, partition, now) if not selectors and not exclude else None

@@ -157,8 +157,10 @@ class IcebergExecutor:
 
         table = target.table
         if table is not None:
-            rows = conform(rows, table.schema())
             tx = table.transaction()
+            if compiled.strategy in REPLACING and not same_columns(rows.schema, table.schema()):
+                evolve(tx, rows.schema, compiled.target)
+            rows = conform(rows, tx.table_metadata.schema())
         else:
             schema, _, name = compiled.target.partition(".")
             self.lake.ensure_namespace(schema)
@@ -298,6 +300,32 @@ def partition_spec(schema: Any, layout: tuple[str, str] | None) -> Any:
     fn = transforms[transform]()
     return PartitionSpec(PartitionField(source_id=source_id, field_id=1000, transform=fn,
                                         name=f"{column}_{transform}"))
+
+
+# strategies that replace the whole table: like CREATE OR REPLACE, they take the result's columns
+REPLACING = ("table", "seed")
+
+
+def same_columns(arrow_schema: Any, schema: Any) -> bool:
+    """Whether the result's columns and types are the table's (by name)."""
+    ours = {(f.name, str(f.field_type)) for f in iceberg_schema(arrow_schema).fields}
+    return ours == {(f.name, str(f.field_type)) for f in schema.fields}
+
+
+def evolve(tx: Any, arrow_schema: Any, name: str) -> None:
+    """A full rebuild whose columns changed: drop the columns the result lost or retyped, add the new
+    ones, in the same transaction as the data."""
+    new = {f.name: str(f.field_type) for f in iceberg_schema(arrow_schema).fields}
+    try:
+        with tx.update_schema(allow_incompatible_changes=True) as update:
+            for field in tx.table_metadata.schema().fields:
+                if new.get(field.name) != str(field.field_type):
+                    update.delete_column(field.name)
+        with tx.update_schema() as update:
+            update.union_by_name(iceberg_schema(arrow_schema))
+    except Exception as exc:
+        raise ExecutionError(f"cannot change the columns of the Iceberg table {name}: {str(exc).splitlines()[0]}",
+                             hint="drop the table and run again") from None
 
 
 def conform(rows: Any, schema: Any) -> Any:
