@@ -314,3 +314,23 @@ def test_a_full_rebuild_takes_the_new_columns_in_one_commit(tmp_path: Path) -> N
     assert str(table.schema().find_field("v").field_type) == "string"
     assert table.scan().to_arrow().to_pylist()[0] | {"id": 0} == {"id": 0, "v": "0", "note": "x"}
     assert len(materializations(table)) == 2 and len(table.snapshots()) > before
+
+
+def test_full_refresh_rebuilds_in_one_commit(tmp_path: Path) -> None:
+    """--full-refresh of a merge model whose columns changed: computed as a first run, committed as
+    one overwrite of every row with the new columns (the table is never dropped)."""
+    lake = project(tmp_path, {"out/mg.sql": MG})
+    source(lake, 2, 5)
+    assert run_iceberg_project(tmp_path, now=NOW).ok
+    uuid_before = lake.load("out.mg").metadata.table_uuid
+    (tmp_path / "models" / "out" / "mg.sql").write_text(
+        "-- materialized incremental\n-- unique_key id\nSELECT id, v * 10 AS w FROM raw.src WHERE id < 1000\n")
+    (result,) = run_iceberg_project(tmp_path, now=NOW, full_refresh=True).results
+    assert result.status == "success", result.error
+    table = lake.load("out.mg")
+    assert table.metadata.table_uuid == uuid_before  # the same table, not a dropped and recreated one
+    assert [f.name for f in table.schema().fields] == ["id", "w"]
+    assert sorted(r["id"] for r in table.scan().to_arrow().to_pylist()) == list(range(5))
+    assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (5, 0, 0)
+    last = materializations(table)[-1]
+    assert (last["rows_inserted"], last["rows_updated"], last["rows_deleted"]) == (5, 0, 0)

@@ -39,7 +39,8 @@ def materializations(table: Any) -> list[dict[str, Any]]:
                        if s.summary.operation.value == "append")
         deleted = max(0, total_records(parent) + appended - total_records(last))
         strategy = props.get("strategy", "")
-        updated = deleted if strategy in ("merge", "snapshot") else 0
+        rebuilt = strategy == "table" or props.get("full_refresh") == "true"
+        updated = deleted if strategy in ("merge", "snapshot") and not rebuilt else 0
         out.append({
             "snapshot_id": last.snapshot_id,
             "run_id": props.get("run_id"),
@@ -47,7 +48,7 @@ def materializations(table: Any) -> list[dict[str, Any]]:
             "strategy": strategy,
             "rows_inserted": appended - updated,
             "rows_updated": updated,
-            "rows_deleted": 0 if strategy in ("merge", "snapshot", "table") else deleted,
+            "rows_deleted": 0 if strategy in ("merge", "snapshot") or rebuilt else deleted,
             "sql_sha256": props.get("sql_sha256", ""),
             "committed_at": datetime.fromtimestamp(last.timestamp_ms / 1000, tz=timezone.utc).isoformat(),
             "pins": json.loads(props["pins"]) if props.get("pins") else {},

@@ -223,13 +223,15 @@ class IcebergLake:
 
     @contextmanager
     def scratch(self, con: Any, names: Iterable[str], snapshots: dict[str, int] | None = None,
-                ) -> Iterator[tuple[Any, dict[str, Pinned]]]:
+                hidden: Iterable[str] = ()) -> Iterator[tuple[Any, dict[str, Pinned]]]:
         """A cursor whose current database is a fresh in-memory one holding a view per existing table.
 
         Each of ``names`` (``schema.name``) is pinned to its current snapshot, or to
-        ``snapshots[name]`` when given; tables that do not exist get no view. The database is
-        detached on exit, so stand-ins and temporary tables never outlive the materialization.
+        ``snapshots[name]`` when given; tables that do not exist, and ``hidden`` ones (a target
+        being rebuilt from scratch), get no view. The database is detached on exit, so stand-ins
+        and temporary tables never outlive the materialization.
         """
+        hidden = set(hidden)
         cursor = con.cursor()
         alias = f"lakewrap_scratch_{next(_scratch_ids)}"
         pinned: dict[str, Pinned] = {}
@@ -249,7 +251,7 @@ class IcebergLake:
                 if schema not in schemas:
                     cursor.execute(ice.create_schema(schema))
                     schemas.add(schema)
-                if table is not None:
+                if table is not None and name not in hidden:
                     cursor.execute(ice.scan_view(schema, short, table.metadata_location, sid))
             yield cursor, pinned
         finally:

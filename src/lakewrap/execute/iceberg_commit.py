@@ -73,13 +73,14 @@ class IcebergExecutor:
         log = StatementLog(self.log_dir, compiled, self.lake.redact)
         try:
             if drop_first:
-                self._drop(compiled.target, log)
+                log.note("--full-refresh: computed as a first run; the commit replaces every row (and the "
+                         "columns) in the same transaction")
             for attempt in range(1, self.policy.attempts + 1):
                 result.attempts = attempt
                 result.rows_inserted = result.rows_updated = result.rows_deleted = 0
                 result.warnings.clear()
                 try:
-                    self._attempt(con, compiled, reads, result, log, attempt, inputs or {})
+                    self._attempt(con, compiled, reads, result, log, attempt, inputs or {}, drop_first)
                     break
                 except Exception as exc:
                     if not retryable(exc) or attempt == self.policy.attempts:
@@ -100,19 +101,14 @@ class IcebergExecutor:
             log.close(result.status, result.error)
         return result
 
-    def _drop(self, target: str, log: StatementLog) -> None:
-        schema, _, name = target.partition(".")
-        if self.lake.load(target) is not None:
-            log.note(f"--full-refresh: drop the Iceberg table {target}")
-            self.lake.catalog().drop_table((schema, name))
-
     # --- one attempt ----------------------------------------------------------------------------
 
     def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
-                 log: StatementLog, attempt: int, inputs: dict[str, Any]) -> None:
+                 log: StatementLog, attempt: int, inputs: dict[str, Any], refresh: bool) -> None:
         (op,) = compiled.commits
         started_at = datetime.now(timezone.utc)
-        with self.lake.scratch(con, (*reads, compiled.target)) as (cursor, pinned):
+        hidden = (compiled.target,) if refresh else ()
+        with self.lake.scratch(con, (*reads, compiled.target), hidden=hidden) as (cursor, pinned):
             for name, data in inputs.items():
                 cursor.register(name, data)
             target = pinned[compiled.target]
@@ -127,8 +123,8 @@ class IcebergExecutor:
             log.note(op.line())
             rows = cursor.execute(op.rows).to_arrow_table()
             delete = None
-            if op.operation == "overwrite" and target.table is not None:
-                delete = to_filter(op.delete_where or "TRUE", {k: v.python() for k, v in op.params.items()},
+            if (op.operation == "overwrite" or refresh) and target.table is not None:
+                delete = to_filter("TRUE" if refresh else op.delete_where or "TRUE", {k: v.python() for k, v in op.params.items()},
                                    cursor, target.table.schema())
         if compiled.strategy == "snapshot" and rows.num_rows == 0:
             result.status = "unchanged"  # SCD2 without changes writes nothing
@@ -144,21 +140,23 @@ class IcebergExecutor:
             "window_start": window.start if window else "", "window_end": window.end if window else "",
             "watermark": window.end if window and window.kind == "dynamic" else "",
             "started_at": started_at.isoformat(), "attempt": str(attempt), "lakewrap_version": __version__,
+            "full_refresh": "true" if refresh else "",
         }
         summary = {PREFIX + k: v for k, v in props.items()}
-        self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log)
+        self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh)
         if stage_rows == 0 and result.rows_deleted > 0:
             warning = f"the result is empty but the partition had {result.rows_deleted} rows; they were removed"
             result.warnings.append(warning)  # (--strict refuses before the commit, below)
 
     def _commit(self, compiled: CompiledPlan, op: CommitOp, target: Pinned, rows: Any, delete: Any,
-                summary: dict[str, str], commit_id: str, result: Result, log: StatementLog) -> None:
+                summary: dict[str, str], commit_id: str, result: Result, log: StatementLog,
+                refresh: bool = False) -> None:
         from pyiceberg.exceptions import CommitStateUnknownException
 
         table = target.table
         if table is not None:
             tx = table.transaction()
-            if compiled.strategy in REPLACING and not same_columns(rows.schema, table.schema()):
+            if (refresh or compiled.strategy in REPLACING) and not same_columns(rows.schema, table.schema()):
                 evolve(tx, rows.schema, compiled.target)
             rows = conform(rows, tx.table_metadata.schema())
         else:
@@ -175,7 +173,7 @@ class IcebergExecutor:
                                     hint="check the model's source; run without --strict to accept")
         with warnings.catch_warnings():  # "Delete operation did not match any records": a new partition
             warnings.simplefilter("ignore", UserWarning)
-            if op.operation == "overwrite" and table is not None:
+            if (op.operation == "overwrite" or refresh) and table is not None:
                 tx.overwrite(rows, overwrite_filter=delete, snapshot_properties=summary)
             else:
                 tx.append(rows, snapshot_properties=summary)
@@ -195,7 +193,7 @@ class IcebergExecutor:
                                         f"the table's history: {str(exc).splitlines()[0]}") from exc
                 raise
             log.note(f"commit {commit_id} found in the table's history: it landed")
-        self._read_back(compiled, commit_id, rows.num_rows, result)
+        self._read_back(compiled, commit_id, rows.num_rows, result, refresh)
         result.status = "success"
 
     def _landed(self, target: str, commit_id: str) -> bool:
@@ -204,7 +202,8 @@ class IcebergExecutor:
         except Exception:
             return False
 
-    def _read_back(self, compiled: CompiledPlan, commit_id: str, appended: int, result: Result) -> None:
+    def _read_back(self, compiled: CompiledPlan, commit_id: str, appended: int, result: Result,
+                   refresh: bool = False) -> None:
         """Row counts and the snapshot id from the committed snapshots' summaries (never fails the result)."""
         try:
             table = self.lake.load(compiled.target)
@@ -216,6 +215,9 @@ class IcebergExecutor:
             result.snapshot_id = int(last.snapshot_id)
         except Exception as exc:
             result.warnings.append(f"committed, but its snapshot could not be read back: {str(exc).strip()}")
+            return
+        if refresh:  # a rebuild, as DuckLake's drop and re-create: only the rows written count
+            result.rows_inserted = appended
             return
         match compiled.strategy:
             case "merge" | "snapshot":
