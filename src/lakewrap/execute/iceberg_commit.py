@@ -124,8 +124,9 @@ class IcebergExecutor:
             rows = cursor.execute(op.rows).to_arrow_table()
             delete = None
             if (op.operation == "overwrite" or refresh) and target.table is not None:
-                delete = to_filter("TRUE" if refresh else op.delete_where or "TRUE", {k: v.python() for k, v in op.params.items()},
-                                   cursor, target.table.schema())
+                where = "TRUE" if refresh else op.delete_where or "TRUE"
+                params = {k: v.python() for k, v in op.params.items()}
+                delete = to_filter(where, params, cursor, target.table.schema())
         if compiled.strategy == "snapshot" and rows.num_rows == 0:
             result.status = "unchanged"  # SCD2 without changes writes nothing
             log.note("no version changed: nothing to commit")
