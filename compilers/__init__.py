@@ -17,14 +17,18 @@ def __getattr__(name: str) -> Any:
 
 
 def compiler_for(substrate: str) -> Compiler:
-    """The compiler of a substrate (``ducklake``)."""
+    """The compiler of a substrate (``ducklake`` or ``iceberg``)."""
     from lakewrap.errors import UnsupportedError
 
     if substrate == "ducklake":
         from lakewrap.compilers.ducklake import DuckLakeCompiler
 
         return DuckLakeCompiler()
-    raise UnsupportedError(f"no compiler for substrate `{substrate}`", hint="use `ducklake`")
+    if substrate == "iceberg":
+        from lakewrap.compilers.iceberg import IcebergCompiler
+
+        return IcebergCompiler()
+    raise UnsupportedError(f"no compiler for substrate `{substrate}`", hint="use `ducklake` or `iceberg`")
 
 
 __all__ = ["Capabilities", "Compiler", "compiler_for"]

@@ -62,6 +62,31 @@ class SchemaCheck(_Out):
     named: tuple[str, ...] = ()  # columns the write statements name (MERGE, SCD2): cannot be left out
 
 
+class CommitOp(_Out):
+    """One pyiceberg commit operation (Iceberg, write path ``pyiceberg``), applied in the plan's one
+    ``table.transaction()`` after its SQL statements ran in DuckDB.
+
+    ``overwrite``: delete the target's rows matching ``delete_where`` (a SQL condition over the
+    target's columns; ``TRUE`` is every row, a ``(k) IN (SELECT ...)`` reads the keys from a staged
+    table), then append the rows of ``rows``. ``append``: only append. Both run with
+    ``serializable`` isolation and carry lakewrap's state in the snapshot summary.
+    """
+
+    operation: Literal["overwrite", "append"]
+    table: str
+    rows: str
+    delete_where: str | None = None
+    params: dict[str, Param] = {}
+    note: str | None = None
+    partition: tuple[str, str] | None = None  # (Iceberg transform, column) of a table this commit creates
+
+    def line(self) -> str:
+        """The readable one-liner ``lakewrap compile`` prints."""
+        where = f" where {' '.join(self.delete_where.split())}" if self.delete_where is not None else ""
+        verb = "delete" + where + ", then append" if self.operation == "overwrite" else "append"
+        return f"pyiceberg {self.operation} {self.table}: {verb} the rows of {' '.join(self.rows.split())}"
+
+
 class Window(_Out):
     """The window a partitioned materialization covers (ISO 8601 with offsets)."""
 
@@ -89,13 +114,20 @@ class CompiledPlan(_Out):
     statements: tuple[CompiledStatement, ...]
     sql_sha256: str
     schema_check: SchemaCheck | None = None
+    # Iceberg (write path pyiceberg): the commit operations applied after the statements, in one
+    # table.transaction(). Empty for every SQL write path.
+    commits: tuple[CommitOp, ...] = ()
 
     @staticmethod
-    def digest(statements: tuple[CompiledStatement, ...]) -> str:
-        """sha256 over the statements' SQL (not their parameter values, which vary per partition)."""
+    def digest(statements: tuple[CompiledStatement, ...], commits: tuple[CommitOp, ...] = ()) -> str:
+        """sha256 over the statements' SQL and the commit operations (not parameter values, which vary per
+        partition)."""
         h = hashlib.sha256()
         for st in statements:
             h.update(st.sql.encode())
+            h.update(b"\x00")
+        for op in commits:
+            h.update(op.line().encode())
             h.update(b"\x00")
         return h.hexdigest()
 

@@ -80,11 +80,11 @@ class Project:
 
         return run_tests(self.root, selectors, partition=partition)
 
-    def query(self, sql: str) -> Any:
-        """One read-only SELECT against the lake, as a ``pyarrow.Table``."""
+    def query(self, sql: str, *, as_of: str | None = None) -> Any:
+        """One read-only SELECT against the lake, as a ``pyarrow.Table`` (Iceberg: ``as_of`` a run or snapshot id)."""
         from lakewrap.inspect import query_arrow
 
-        return query_arrow(self.root, sql)
+        return query_arrow(self.root, sql, as_of=as_of)
 
     def status(self, selectors: Sequence[str] = ()) -> list[ModelStatus]:
         """Per model: partitions, gaps, last run, failures (see ``lakewrap status``)."""
@@ -172,6 +172,13 @@ def materialize(
         strategy=strat, partition=part, sql="SELECT * FROM " + INPUT, body_line=1, output_columns=columns,
     )
     now = now or datetime.now(timezone.utc)
+    if not isinstance(lake, Lake):
+        from lakewrap.config import load_config
+
+        if load_config(Path(lake).resolve()).lake.substrate == "iceberg":
+            from lakewrap.iceberg_run import materialize_input
+
+            return materialize_input(Path(lake).resolve(), spec, INPUT, scan, partition, now, run_id)
     plan = make_plan(spec, partition=partition, now=now)
     compiled = compile_plan(plan)
     handle = lake if isinstance(lake, Lake) else Lake.open(Path(lake).resolve())

@@ -114,7 +114,7 @@ project_option = click.option(
 @click.version_option(__version__, prog_name="lakewrap")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 def main(debug: bool) -> None:
-    """lakewrap: compile annotated SELECTs into the DDL/DML that maintains DuckLake tables."""
+    """lakewrap: compile annotated SELECTs into the DDL/DML that maintains DuckLake and Iceberg tables."""
 
 
 @main.command("compile")
@@ -256,13 +256,14 @@ def seed_cmd(fmt: str, project: Path) -> None:
 @main.command("query")
 @click.argument("statement")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--as-of", "as_of", help="Iceberg: read the lake as of a run id or snapshot id.")
 @project_option
 @handled
-def query_cmd(statement: str, fmt: str, project: Path) -> None:
+def query_cmd(statement: str, fmt: str, as_of: str | None, project: Path) -> None:
     """Run one read-only SELECT against the lake."""
     from lakewrap.inspect import query
 
-    result = query(project, statement)
+    result = query(project, statement, as_of=as_of)
     if fmt == "json":
         rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
         sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")

@@ -295,7 +295,7 @@ class _Parsed:
 
 def _template(compiled: CompiledPlan) -> Template:
     doc = compiled.model_dump(mode="json", exclude={"window"})
-    for st in doc["statements"]:
+    for st in (*doc["statements"], *doc.get("commits", ())):
         st["params"] = list(st["params"])
     return doc
 
@@ -485,7 +485,9 @@ def _from_template(template: Template, plan: Plan) -> CompiledPlan:
 
     available = plan.params()
     statements = [{**st, "params": {k: available[k] for k in st["params"]}} for st in template["statements"]]
-    return CompiledPlan.model_validate({**template, "statements": statements, "window": _window(plan)})
+    commits = [{**op, "params": {k: available[k] for k in op["params"]}} for op in template.get("commits", ())]
+    return CompiledPlan.model_validate({**template, "statements": statements, "commits": commits,
+                                        "window": _window(plan)})
 
 
 def compile_project(
@@ -494,12 +496,15 @@ def compile_project(
     *,
     exclude: Sequence[str] = (),
     partition: str | None = None,
-    substrate: Substrate = "ducklake",
+    substrate: Substrate | None = None,
     now: datetime | None = None,
     use_cache: bool = True,
     jobs: int | None = None,
 ) -> list[CompiledPlan]:
     """Compile the selected models of the project at ``root``, in dependency order.
+
+    ``substrate`` defaults to ``[lake] substrate`` of the project's ``lakewrap.toml`` (DuckLake
+    without the file).
 
     ``jobs`` caps the worker processes of a cold compile (default: ``LAKEWRAP_JOBS``, else the
     available cores); the output does not depend on it.
@@ -509,6 +514,17 @@ def compile_project(
         >>> print(plans[0].statements[-2].sql)  # doctest: +SKIP
     """
     now = now or datetime.now(timezone.utc)
+    if substrate is None:
+        from lakewrap.config import load_config
+
+        lake = load_config(root).lake
+        if lake.substrate == "iceberg" and lake.write_path == "sql":
+            from lakewrap.errors import ConfigError, Location
+
+            raise ConfigError("write_path = \"sql\" (DuckDB writing through the REST catalog) cannot be compiled "
+                              "yet", location=Location("lakewrap.toml"),
+                              hint="leave write_path out: pyiceberg commits work with every catalog, rest included")
+        substrate = lake.substrate
     cache = _Cache.open(root.resolve(), use_cache) or _Cache.memory()
     # A whole-project compile compiles every model anyway: do it in the workers, beside the parse.
     pre = _Precompile(substrate, partition, now) if not selectors and not exclude else None

@@ -2,7 +2,9 @@
 
 Without the file, a project uses the embedded default: a DuckLake whose catalog is a DuckDB file
 and whose data folder are both under ``<project>/.lakewrap/``. A file holding only
-``[lake] substrate = "..."`` means the embedded default of that substrate.
+``[lake] substrate = "..."`` means the embedded default of that substrate: for ``iceberg``, a
+pyiceberg SQL catalog in the SQLite file ``.lakewrap/iceberg.db`` with its warehouse in
+``.lakewrap/warehouse/``.
 
 Credentials never live in this file: S3 keys come from ``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``), PostgreSQL passwords from ``PGPASSWORD`` or
@@ -47,17 +49,57 @@ class S3Config(Frozen):
         return v
 
 
+class GlueConfig(Frozen):
+    """``[lake.glue]``: an AWS Glue catalog (Iceberg). Credentials come from the AWS credential chain."""
+
+    region: str = "us-east-1"
+    endpoint: str | None = None  # a URL, e.g. http://127.0.0.1:5055 (an AWS-compatible server); None means AWS
+    catalog_id: str | None = None  # the AWS account id of the Glue catalog; None means the caller's
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^\s/@]+(/\S*)?$", v):
+            raise ValueError("write the Glue endpoint as a URL without credentials, e.g. https://glue.eu-west-1.amazonaws.com")
+        return v
+
+
+class RestConfig(Frozen):
+    """``[lake.rest]``: an Iceberg REST catalog. A bearer token, if any, comes from ``LAKEWRAP_ICEBERG_TOKEN``."""
+
+    uri: str
+    warehouse: str | None = None  # the warehouse name the catalog serves (passed on as `warehouse`)
+
+    @field_validator("uri")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"https?://[^\s/@]+(/\S*)?$", v):
+            raise ValueError("write the REST catalog uri as http(s)://host[:port][/path], without credentials")
+        return v
+
+
+DUCKLAKE_CATALOGS = ("duckdb", "sqlite", "postgres")
+ICEBERG_CATALOGS = ("sql", "glue", "rest")
+
+
 class LakeConfig(Frozen):
     """The ``[lake]`` table."""
 
     substrate: Literal["ducklake", "iceberg"] = "ducklake"
-    catalog: Literal["duckdb", "sqlite", "postgres"] = "duckdb"
+    # DuckLake: duckdb | sqlite | postgres. Iceberg: sql (pyiceberg's SqlCatalog on SQLite) | glue | rest.
+    # Left out, each substrate takes its embedded default (duckdb, sql).
+    catalog: Literal["duckdb", "sqlite", "postgres", "sql", "glue", "rest"] = "duckdb"
     path: str | None = None  # duckdb/sqlite catalog file, relative to the project
     dsn: str | None = None  # postgres: libpq key=value string without a password
     data_path: str | None = None  # local folder (relative to the project) or s3://bucket/prefix/
     alias: str = "lake"
     data_inlining_row_limit: int | None = Field(default=None, ge=0)
     s3: S3Config | None = None
+    # Iceberg only
+    warehouse: str | None = None  # local folder (relative to the project) or s3://bucket/prefix
+    write_path: Literal["pyiceberg", "sql"] = "pyiceberg"
+    glue: GlueConfig | None = None
+    rest: RestConfig | None = None
 
     @field_validator("alias")
     @classmethod
@@ -77,6 +119,16 @@ class LakeConfig(Frozen):
 
     @model_validator(mode="after")
     def _rules(self) -> LakeConfig:
+        if self.substrate == "iceberg":
+            return self._iceberg_rules()
+        for key in ("warehouse", "glue", "rest"):
+            if key in self.model_fields_set:
+                raise ValueError(f"{key} only applies to substrate = \"iceberg\"")
+        if self.write_path != "pyiceberg":
+            raise ValueError("write_path only applies to substrate = \"iceberg\"")
+        if self.catalog not in DUCKLAKE_CATALOGS:
+            raise ValueError(f"catalog = \"{self.catalog}\" is an Iceberg catalog; a DuckLake catalog is "
+                             "\"duckdb\", \"sqlite\" or \"postgres\"")
         if self.catalog == "postgres" and not self.dsn:
             raise ValueError("a postgres catalog needs dsn = \"dbname=... host=... port=... user=...\"")
         if self.catalog != "postgres" and self.dsn:
@@ -85,9 +137,63 @@ class LakeConfig(Frozen):
             return self.model_copy(update={"s3": S3Config()})
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _iceberg_defaults(cls, data: Any) -> Any:
+        """An Iceberg lake's embedded defaults: a ``sql`` catalog; ``[lake.glue]`` and ``[lake.s3]`` tables."""
+        if not isinstance(data, dict) or data.get("substrate") != "iceberg":
+            return data
+        data = dict(data)
+        data.setdefault("catalog", "sql")
+        if data["catalog"] == "glue":
+            data.setdefault("glue", {})
+        if str(data.get("warehouse") or "").startswith("s3://"):
+            data.setdefault("s3", {})
+        return data
+
+    def _iceberg_rules(self) -> LakeConfig:
+        catalog = self.catalog
+        if catalog not in ICEBERG_CATALOGS:
+            raise ValueError(f"catalog = \"{catalog}\" is a DuckLake catalog; an Iceberg catalog is "
+                             "\"sql\", \"glue\" or \"rest\"")
+        for key in ("dsn", "data_path", "data_inlining_row_limit"):
+            if key in self.model_fields_set:
+                hint = " (use warehouse)" if key == "data_path" else ""
+                raise ValueError(f"{key} does not apply to substrate = \"iceberg\"{hint}")
+        if catalog == "rest" and self.rest is None:
+            raise ValueError("a rest catalog needs [lake.rest] with uri = \"http(s)://host:port\"")
+        if catalog != "rest" and self.rest is not None:
+            raise ValueError(f"[lake.rest] only applies to catalog = \"rest\", not \"{catalog}\"")
+        if catalog != "glue" and self.glue is not None:
+            raise ValueError(f"[lake.glue] only applies to catalog = \"glue\", not \"{catalog}\"")
+        if catalog == "glue" and not (self.warehouse or "").startswith("s3://"):
+            raise ValueError("a glue catalog needs warehouse = \"s3://bucket/prefix\"")
+        if catalog != "sql" and self.path is not None:
+            raise ValueError(f"path (the SQLite catalog file) does not apply to catalog = \"{catalog}\"")
+        if self.write_path == "sql" and catalog != "rest":
+            raise ValueError("write_path = \"sql\" writes through DuckDB's Iceberg REST client: "
+                             "it needs catalog = \"rest\"")
+        if self.s3 is not None and not self.is_s3:
+            raise ValueError("[lake.s3] only applies to an s3:// warehouse")
+        return self
+
     @property
     def is_s3(self) -> bool:
+        if self.substrate == "iceberg":
+            return bool(self.warehouse and self.warehouse.startswith("s3://"))
         return bool(self.data_path and self.data_path.startswith("s3://"))
+
+    def iceberg_catalog_path(self, root: Path) -> Path:
+        """The SQLite file of an Iceberg ``sql`` catalog."""
+        return (root / self.path) if self.path else root / DEFAULT_DIR / "iceberg.db"
+
+    def warehouse_location(self, root: Path) -> str:
+        """The Iceberg warehouse: ``s3://...`` as written, or a local folder as a ``file://`` URI."""
+        if self.warehouse is None:
+            return (root / DEFAULT_DIR / "warehouse").resolve().as_uri()
+        if self.is_s3:
+            return self.warehouse.rstrip("/")
+        return (root / self.warehouse).resolve().as_uri()
 
     def catalog_path(self, root: Path) -> Path:
         default = {"duckdb": "lake.ducklake", "sqlite": "lake.sqlite", "postgres": ""}[self.catalog]
@@ -137,7 +243,7 @@ def load_config(root: Path) -> ProjectConfig:
                           location=Location(CONFIG_FILE, line, col, snippet),
                           hint="check quotes and brackets; see docs/configuration.md") from None
     lake = data.get("lake")
-    sections = [lake, lake.get("s3")] if isinstance(lake, dict) else []
+    sections = [lake, *(lake.get(k) for k in ("s3", "glue", "rest"))] if isinstance(lake, dict) else []
     for section in sections:
         if not isinstance(section, dict):
             continue

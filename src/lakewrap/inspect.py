@@ -45,9 +45,34 @@ def check_read_only(text: str) -> None:
                         hint="models change tables; write one and use `lakewrap run`")
 
 
-def query(root: Path, text: str) -> QueryResult:
-    """Run one read-only SELECT against the lake (two-part names resolve in the lake)."""
+def _iceberg(root: Path) -> bool:
+    from lakewrap.config import load_config
+
+    return load_config(root.resolve()).lake.substrate == "iceberg"
+
+
+def _check_as_of(root: Path, as_of: str | None) -> bool:
+    """Whether the project is on Iceberg; ``as_of`` (a run id or snapshot id) is refused on DuckLake."""
+    iceberg = _iceberg(root)
+    if as_of is not None and not iceberg:
+        raise PlanError("--as-of is implemented for Iceberg lakes only",
+                        hint="on a DuckLake, read a past snapshot with `FROM t AT (VERSION => n)`")
+    return iceberg
+
+
+def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
+    """Run one read-only SELECT against the lake (two-part names resolve in the lake).
+
+    On Iceberg, ``as_of`` (a run id or a snapshot id) reads every table as it stood when that run
+    or snapshot committed.
+    """
     check_read_only(text)
+    if _check_as_of(root, as_of):
+        from lakewrap.iceberg_state import query_cursor
+
+        result: QueryResult = query_cursor(root, text, as_of,
+                                           lambda c: QueryResult([d[0] for d in c.description], c.fetchall()))
+        return result
     lake = Lake.open(root.resolve(), read_only=True)
     con = lake.connect()
     try:
@@ -59,9 +84,13 @@ def query(root: Path, text: str) -> QueryResult:
         lake.close(con)
 
 
-def query_arrow(root: Path, text: str) -> Any:
+def query_arrow(root: Path, text: str, as_of: str | None = None) -> Any:
     """The same as :func:`query`, as a pyarrow Table."""
     check_read_only(text)
+    if _check_as_of(root, as_of):
+        from lakewrap.iceberg_state import query_cursor
+
+        return query_cursor(root, text, as_of, lambda c: c.to_arrow_table())
     lake = Lake.open(root.resolve(), read_only=True)
     con = lake.connect()
     try:
@@ -101,30 +130,46 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
     root = root.resolve()
     now = now or datetime.now(timezone.utc)
     project = load_project(root, None)
+    if _iceberg(root):
+        from lakewrap.execute.iceberg import IcebergLake
+        from lakewrap.iceberg_state import status_rows
+
+        ice = IcebergLake.open(root, read_only=True)
+
+        def rows_of(target: str) -> list[tuple[Any, ...]]:
+            return list(status_rows(ice, target))
+
+        return _status(root, project, selectors, now, rows_of)
     lake = Lake.open(root, read_only=True)
     con = lake.connect()
-    out: list[ModelStatus] = []
     try:
-        for spec in project.select(selectors):
-            target = str(spec.target)
-            st = ModelStatus(spec.path, target, spec.strategy.kind)
-            rows = _state_rows(con, sql.materialized_partitions(), {"target": target})
-            st.partitions = sorted({r[0] for r in rows if r[0] is not None})
-            if rows:
-                last = max(rows, key=lambda r: r[2])
-                st.last_run, st.last_committed_at = last[1], str(last[2])
-            part = spec.partition
-            if isinstance(part, TimePartitioning) and (part.start or st.partitions):
-                grain = Grain(part.grain)
-                first = parse_partition(grain, part.start or st.partitions[0], part.tz)
-                last_p = latest_complete(grain, now, part.tz)
-                done = set(st.partitions)
-                if first <= last_p:
-                    st.gaps = [p.value for p in partition_range(first, last_p) if p.value not in done]
-            st.failures = failures_since(root, target, st.last_committed_at)
-            out.append(st)
+        return _status(root, project, selectors, now,
+                       lambda target: _state_rows(con, sql.materialized_partitions(), {"target": target}))
     finally:
         lake.close(con)
+
+
+def _status(root: Path, project: Any, selectors: tuple[str, ...], now: datetime,
+            rows_of: Any) -> list[ModelStatus]:
+    out: list[ModelStatus] = []
+    for spec in project.select(selectors):
+        target = str(spec.target)
+        st = ModelStatus(spec.path, target, spec.strategy.kind)
+        rows = rows_of(target)
+        st.partitions = sorted({r[0] for r in rows if r[0] is not None})
+        if rows:
+            last = max(rows, key=lambda r: r[2])
+            st.last_run, st.last_committed_at = last[1], str(last[2])
+        part = spec.partition
+        if isinstance(part, TimePartitioning) and (part.start or st.partitions):
+            grain = Grain(part.grain)
+            first = parse_partition(grain, part.start or st.partitions[0], part.tz)
+            last_p = latest_complete(grain, now, part.tz)
+            done = set(st.partitions)
+            if first <= last_p:
+                st.gaps = [p.value for p in partition_range(first, last_p) if p.value not in done]
+        st.failures = failures_since(root, target, st.last_committed_at)
+        out.append(st)
     return out
 
 
@@ -145,8 +190,12 @@ def failures_since(root: Path, target: str, committed_at: str | None) -> list[di
 
 
 def history(root: Path, model: str) -> list[dict[str, Any]]:
-    """The materializations of one model, newest first, with their DuckLake snapshot ids."""
+    """The materializations of one model, newest first, with their DuckLake (or Iceberg) snapshot ids."""
     root = root.resolve()
+    if _iceberg(root):
+        from lakewrap import iceberg_state
+
+        return iceberg_state.history(root, model)
     project = load_project(root, None)
     specs = project.select([model])
     if len(specs) != 1:

@@ -38,6 +38,20 @@ def plan_sql(plan: CompiledPlan) -> str:
             lines.append("-- params: " + ", ".join(_param(k, v) for k, v in st.params.items()))
         lines.append(st.sql.rstrip().rstrip(";") + ";")
         lines.append("")
+    n = len(plan.statements)
+    for i, op in enumerate(plan.commits, n + 1):
+        # pyiceberg operations are not SQL: printed as comments, so the output still runs as SQL
+        lines.append(f"-- [{i}] commit: {op.note}" if op.note else f"-- [{i}] commit")
+        if op.params:
+            lines.append("-- params: " + ", ".join(_param(k, v) for k, v in op.params.items()))
+        lines.append(f"--   {op.line()}")
+        lines.append("")
+    if plan.commits:
+        lines.append("-- the table.transaction() commits: one Iceberg catalog commit, isolation serializable,")
+        lines.append("-- lakewrap's state (run id, model, partition, strategy, sql_sha256, pins) in its "
+                     "snapshot summary")
+        lines.append("ROLLBACK;  -- the DuckDB statements above only staged rows; nothing is written through DuckDB")
+        return "\n".join(lines) + "\n"
     lines.append("COMMIT;")
     return "\n".join(lines) + "\n"
 

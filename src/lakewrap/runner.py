@@ -30,6 +30,13 @@ from lakewrap.plan import Param, Plan, make_plan
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
 
 
+def _substrate(root: Path) -> str:
+    """The project's substrate (``[lake] substrate`` in lakewrap.toml)."""
+    from lakewrap.config import load_config
+
+    return load_config(root).lake.substrate
+
+
 def new_run_id(now: datetime | None = None) -> str:
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{secrets.token_hex(3)}"
@@ -144,6 +151,11 @@ def run_project(
         >>> [r.status for r in report.results]  # doctest: +SKIP
     """
     root = root.resolve()
+    if _substrate(root) == "iceberg":
+        from lakewrap.iceberg_run import run_iceberg_project
+
+        return run_iceberg_project(root, selectors, exclude=exclude, partition=partition, start=start, end=end,
+                                   full_refresh=full_refresh, strict=strict, now=now, run_id=run_id)
     now = now or datetime.now(timezone.utc)
     run_id = run_id or new_run_id(now)
     cache = _Cache.open(root, True)
@@ -216,6 +228,10 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
     ``seeds/raw/orders.csv`` → ``raw.orders``; ``seeds/x.csv`` → ``raw.x``.
     """
     root = root.resolve()
+    if _substrate(root) == "iceberg":
+        from lakewrap.iceberg_run import seed_iceberg_project
+
+        return seed_iceberg_project(root, run_id=run_id)
     seeds = root / "seeds"
     if not seeds.is_dir():
         raise PlanError("the project has no seeds/ folder", hint="put CSV files in seeds/<schema>/<table>.csv")

@@ -1,0 +1,261 @@
+"""An Iceberg lake: a pyiceberg catalog (sql, glue or rest) plus a DuckDB session that reads it.
+
+DuckDB computes (the model's SELECT, guards, merge and SCD2 change sets) over views that pin each
+Iceberg table the model reads to one snapshot (``iceberg_scan(<metadata>, snapshot_from_id =>
+n)``); pyiceberg commits. Credentials come from the environment only (``AWS_*`` for S3 and Glue,
+``LAKEWRAP_ICEBERG_TOKEN`` for a REST catalog's bearer token): they go into catalog properties and
+the DuckDB S3 secret, never into SQL that is logged, and their values are redacted from every
+message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lakewrap.compilers import iceberg as ice
+from lakewrap.compilers import lake as sql
+from lakewrap.config import LakeConfig, ProjectConfig, load_config
+from lakewrap.errors import ConfigError, ExecutionError, Location
+from lakewrap.execute import extensions
+from lakewrap.execute.lake import CREDENTIAL_ENV
+
+TOKEN_ENV = "LAKEWRAP_ICEBERG_TOKEN"
+SERIALIZABLE = {"write.delete.isolation-level": "serializable", "write.update.isolation-level": "serializable"}
+_scratch_ids = itertools.count(1)
+
+
+@dataclass
+class Pinned:
+    """One Iceberg table as a materialization read it: its pyiceberg handle and pinned snapshot."""
+
+    name: str
+    table: Any  # pyiceberg Table, or None when it does not exist yet
+    snapshot_id: int | None
+
+
+@dataclass
+class IcebergLake:
+    """One project's Iceberg catalog and the DuckDB session that reads it.
+
+    Example:
+        >>> lake = IcebergLake.open(Path("examples/shop"))  # doctest: +SKIP
+        >>> lake.catalog().list_namespaces()  # doctest: +SKIP
+    """
+
+    root: Path
+    config: LakeConfig
+    read_only: bool = False
+    secrets: list[str] = field(default_factory=list)
+    _catalog: Any = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> IcebergLake:
+        cfg = (config or load_config(root)).lake
+        if cfg.substrate != "iceberg":
+            raise ConfigError(f"substrate `{cfg.substrate}` is not Iceberg", location=Location("lakewrap.toml"))
+        if cfg.write_path == "sql":
+            raise ConfigError(
+                "write_path = \"sql\" (DuckDB writing through the REST catalog) cannot be run yet",
+                location=Location("lakewrap.toml"),
+                hint="leave write_path out: pyiceberg commits work with every catalog, rest included",
+            )
+        return cls(root.resolve(), cfg, read_only)
+
+    @property
+    def alias(self) -> str:
+        return self.config.alias
+
+    def redact(self, text: str) -> str:
+        """Remove the project's absolute path and every credential value from ``text``."""
+        uri = self.root.as_uri()
+        text = text.replace(uri + "/", "").replace(uri, ".")
+        text = text.replace(str(self.root) + os.sep, "").replace(str(self.root), ".")
+        values = {*self.secrets, *(os.environ.get(name) for name in (*CREDENTIAL_ENV, TOKEN_ENV))}
+        for secret in sorted((v for v in values if v), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
+
+    # --- the catalog ------------------------------------------------------------------------------
+
+    def s3_properties(self) -> dict[str, str]:
+        """pyiceberg FileIO properties for an ``s3://`` warehouse (keys from the environment)."""
+        if not self.config.is_s3:
+            return {}
+        s3 = self.config.s3
+        assert s3 is not None
+        props = {"s3.region": s3.region}
+        if s3.endpoint:
+            props["s3.endpoint"] = ("https://" if s3.use_ssl else "http://") + s3.endpoint
+        if s3.url_style == "vhost" and s3.endpoint:
+            props["s3.force-virtual-addressing"] = "true"
+        key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+        token = os.environ.get("AWS_SESSION_TOKEN")
+        if key and secret:
+            props["s3.access-key-id"], props["s3.secret-access-key"] = key, secret
+            if token:
+                props["s3.session-token"] = token
+            self.secrets += [v for v in (key, secret, token) if v and v not in self.secrets]
+        return props
+
+    def catalog(self) -> Any:
+        """The pyiceberg catalog (created once per lake object)."""
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = self._make_catalog()
+            return self._catalog
+
+    def _make_catalog(self) -> Any:
+        cfg = self.config
+        warehouse = cfg.warehouse_location(self.root)
+        props = self.s3_properties()
+        try:
+            match cfg.catalog:
+                case "sql":
+                    from pyiceberg.catalog.sql import SqlCatalog
+
+                    path = cfg.iceberg_catalog_path(self.root)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    if not cfg.is_s3:
+                        Path(cfg.warehouse_location(self.root).removeprefix("file://")).mkdir(parents=True,
+                                                                                               exist_ok=True)
+                    return SqlCatalog("lakewrap", uri=f"sqlite:///{path}", warehouse=warehouse, **props)
+                case "glue":
+                    from pyiceberg.catalog.glue import GlueCatalog
+
+                    glue = cfg.glue
+                    assert glue is not None
+                    gprops = {"glue.region": glue.region, "warehouse": warehouse, **props}
+                    if glue.endpoint:
+                        gprops["glue.endpoint"] = glue.endpoint
+                    if glue.catalog_id:
+                        gprops["glue.id"] = glue.catalog_id
+                    return GlueCatalog("lakewrap", **gprops)
+                case "rest":
+                    from pyiceberg.catalog.rest import RestCatalog
+
+                    rest = cfg.rest
+                    assert rest is not None
+                    rprops = {"uri": rest.uri, **props}
+                    if rest.warehouse:
+                        rprops["warehouse"] = rest.warehouse
+                    token = os.environ.get(TOKEN_ENV)
+                    if token:
+                        rprops["token"] = token
+                        self.secrets.append(token)
+                    return RestCatalog("lakewrap", **rprops)
+        except OSError as exc:
+            raise ExecutionError(f"cannot open the Iceberg catalog: {self.redact(str(exc))}",
+                                 hint="check [lake] in lakewrap.toml (catalog, path, warehouse)") from None
+        except Exception as exc:
+            raise ExecutionError(f"cannot open the Iceberg catalog: {self.redact(str(exc)).splitlines()[0]}",
+                                 hint="check [lake] in lakewrap.toml and that the catalog is reachable") from None
+        raise AssertionError(cfg.catalog)  # pragma: no cover
+
+    def load(self, name: str) -> Any:
+        """The pyiceberg table ``schema.name``, or None when it does not exist."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        schema, _, table = name.partition(".")
+        try:
+            return self.catalog().load_table((schema, table))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+
+    def ensure_namespace(self, schema: str) -> None:
+        props: dict[str, str] = {}
+        if self.config.catalog == "glue":  # Glue databases carry their location
+            props["location"] = f"{self.config.warehouse_location(self.root)}/{schema}.db"
+        self.catalog().create_namespace_if_not_exists(schema, properties=props)
+
+    def tables(self) -> list[str]:
+        """Every ``schema.name`` in the catalog."""
+        cat = self.catalog()
+        out = []
+        for ns in cat.list_namespaces():
+            out += [".".join(ident) for ident in cat.list_tables(ns)]
+        return sorted(out)
+
+    # --- DuckDB -----------------------------------------------------------------------------------
+
+    def connect(self) -> Any:
+        """An in-memory DuckDB with the avro and iceberg extensions (and S3 access for an s3 warehouse)."""
+        import duckdb
+
+        con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+        needed = ("avro", "iceberg", "httpfs") if self.config.is_s3 else ("avro", "iceberg")
+        try:
+            extensions.load(con, needed)
+            con.execute(sql.set_option("TimeZone", "UTC"))
+            if self.config.is_s3:
+                self._s3_secret(con)
+        except Exception:
+            con.close()
+            raise
+        return con
+
+    def close(self, con: Any) -> None:
+        con.close()
+
+    def _s3_secret(self, con: Any) -> None:
+        s3 = self.config.s3
+        assert s3 is not None
+        options: dict[str, str | bool] = {"region": s3.region, "url_style": s3.url_style, "use_ssl": s3.use_ssl}
+        if s3.endpoint:
+            options["endpoint"] = s3.endpoint
+        key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+        token = os.environ.get("AWS_SESSION_TOKEN")
+        if key and secret:
+            options["key_id"], options["secret"] = key, secret
+            if token:
+                options["session_token"] = token
+        try:
+            con.execute(sql.create_s3_secret(options))
+        except Exception as exc:  # the statement holds credentials: never show it
+            raise ExecutionError(f"cannot configure S3 access: {self.redact(str(exc)).splitlines()[0]}") from None
+
+    @contextmanager
+    def scratch(self, con: Any, names: Iterable[str], snapshots: dict[str, int] | None = None,
+                hidden: Iterable[str] = ()) -> Iterator[tuple[Any, dict[str, Pinned]]]:
+        """A cursor whose current database is a fresh in-memory one holding a view per existing table.
+
+        Each of ``names`` (``schema.name``) is pinned to its current snapshot, or to
+        ``snapshots[name]`` when given; tables that do not exist, and ``hidden`` ones (a target
+        being rebuilt from scratch), get no view. The database is detached on exit, so stand-ins
+        and temporary tables never outlive the materialization.
+        """
+        hidden = set(hidden)
+        cursor = con.cursor()
+        alias = f"lakewrap_scratch_{next(_scratch_ids)}"
+        pinned: dict[str, Pinned] = {}
+        try:
+            cursor.execute(ice.attach_memory(alias))
+            cursor.execute(sql.use(alias))
+            schemas: set[str] = set()
+            for name in dict.fromkeys(names):
+                table = self.load(name)
+                sid = None
+                if table is not None:
+                    snap = table.current_snapshot()
+                    sid = snapshots.get(name) if snapshots and name in snapshots else (
+                        snap.snapshot_id if snap is not None else None)
+                pinned[name] = Pinned(name, table, sid)
+                schema, _, short = name.partition(".")
+                if schema not in schemas:
+                    cursor.execute(ice.create_schema(schema))
+                    schemas.add(schema)
+                if table is not None and name not in hidden:
+                    cursor.execute(ice.scan_view(schema, short, table.metadata_location, sid))
+            yield cursor, pinned
+        finally:
+            with suppress(Exception):
+                cursor.execute(sql.use("memory"))
+                cursor.execute(sql.detach(alias))
+            cursor.close()

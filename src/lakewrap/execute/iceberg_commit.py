@@ -1,0 +1,430 @@
+"""One materialization on Iceberg = DuckDB computes, one pyiceberg ``table.transaction()`` commits.
+
+The protocol (DESIGN §5 and the reliability notes):
+
+* the target and every upstream are read at one pinned snapshot each; the transaction starts from
+  the target's pinned metadata, so pyiceberg's ``serializable`` validation rejects any concurrent
+  commit that added rows matching the delete filter since then (an overwrite of a new partition
+  included);
+* lakewrap's state -- run id, model, partition, strategy, ``sql_sha256``, upstream pins, a commit id
+  unique to the attempt -- is in the snapshot summary of the very commit that writes the data;
+* a commit that certainly did not land (``CommitFailedException`` after pyiceberg's own retries,
+  ``ValidationException``, a table created concurrently) is retried as a whole: re-read, recompute,
+  re-commit, with capped, jittered backoff;
+* a commit whose outcome is unknown (``CommitStateUnknownException``, a lost connection) is never
+  retried blindly: the table's history is searched for the attempt's commit id first.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lakewrap import __version__
+from lakewrap.compilers import lake as sql
+from lakewrap.compilers.artifacts import STAGE, CommitOp, CompiledPlan
+from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
+from lakewrap.execute.executor import Result, StrictRefusal
+from lakewrap.execute.iceberg import SERIALIZABLE, IcebergLake, Pinned
+from lakewrap.execute.log import StatementLog
+from lakewrap.execute.retry import RetryPolicy
+
+PREFIX = "lakewrap."
+
+
+class CommitUnknown(ExecutionError):
+    """The commit's outcome is unknown and its commit id is not in the table's history (yet)."""
+
+
+@dataclass
+class IcebergExecutor:
+    """Runs compiled Iceberg plans for one run id."""
+
+    lake: IcebergLake
+    run_id: str
+    log_dir: Path
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    strict: bool = False
+    rng: random.Random = field(default_factory=random.Random)
+    sleep: Callable[[float], None] = time.sleep
+    # test hook: called with the open transaction just before it commits
+    before_commit: Callable[[Any], None] | None = None
+
+    def materialize(self, con: Any, compiled: CompiledPlan, *, reads: tuple[str, ...] = (),
+                    drop_first: bool = False, inputs: dict[str, Any] | None = None) -> Result:
+        """Execute ``compiled``; a failure is returned as a ``failed`` :class:`Result`, nothing written.
+
+        ``reads`` are the tables the model reads (``schema.name``); ``inputs`` are Arrow tables (or
+        anything DuckDB scans) registered under their names for the plan's SQL.
+        """
+        started = time.perf_counter()
+        window = compiled.window
+        result = Result(model=compiled.path, target=compiled.target, partition=window.value if window else None,
+                        strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
+        log = StatementLog(self.log_dir, compiled, self.lake.redact)
+        try:
+            if drop_first:
+                log.note("--full-refresh: computed as a first run; the commit replaces every row (and the "
+                         "columns) in the same transaction")
+            for attempt in range(1, self.policy.attempts + 1):
+                result.attempts = attempt
+                result.rows_inserted = result.rows_updated = result.rows_deleted = 0
+                result.warnings.clear()
+                try:
+                    self._attempt(con, compiled, reads, result, log, attempt, inputs or {}, drop_first)
+                    break
+                except Exception as exc:
+                    if not retryable(exc) or attempt == self.policy.attempts:
+                        raise
+                    delay = self.policy.delay(attempt, self.rng)
+                    log.note(f"attempt {attempt} did not commit ({type(exc).__name__}); retrying in {delay:.3f}s: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                    self.sleep(delay)
+        except LakewrapError as exc:
+            result.error, result.error_class = self.lake.redact(exc.render()), type(exc).__name__
+        except Exception as exc:
+            text = str(exc).strip() or type(exc).__name__
+            result.error = self.lake.redact(f"{compiled.path}: {text}")
+            result.error_class = type(exc).__name__
+        finally:
+            result.seconds = time.perf_counter() - started
+            result.warnings = [self.lake.redact(w) for w in result.warnings]
+            log.close(result.status, result.error)
+        return result
+
+    # --- one attempt ----------------------------------------------------------------------------
+
+    def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
+                 log: StatementLog, attempt: int, inputs: dict[str, Any], refresh: bool) -> None:
+        (op,) = compiled.commits
+        started_at = datetime.now(timezone.utc)
+        hidden = (compiled.target,) if refresh else ()
+        with self.lake.scratch(con, (*reads, compiled.target), hidden=hidden) as (cursor, pinned):
+            for name, data in inputs.items():
+                cursor.register(name, data)
+            target = pinned[compiled.target]
+            if target.table is not None:
+                refuse_snapshot_isolation(target.table, compiled.target)
+            stage_rows: int | None = None
+            for st in compiled.statements:
+                params = {k: v.python() for k, v in st.params.items()}
+                log.run(cursor, st.sql, params or None, role=st.role)
+                if st.role == "stage" and stage_rows is None:
+                    stage_rows = int(log.run(cursor, sql.count_rows(None, STAGE)).fetchone()[0])
+            log.note(op.line())
+            rows = cursor.execute(op.rows).to_arrow_table()
+            delete = None
+            if (op.operation == "overwrite" or refresh) and target.table is not None:
+                where = "TRUE" if refresh else op.delete_where or "TRUE"
+                params = {k: v.python() for k, v in op.params.items()}
+                delete = to_filter(where, params, cursor, target.table.schema())
+        if compiled.strategy == "snapshot" and rows.num_rows == 0:
+            result.status = "unchanged"  # SCD2 without changes writes nothing
+            log.note("no version changed: nothing to commit")
+            return
+        window = compiled.window
+        pins = {name: p.snapshot_id for name, p in pinned.items() if name != compiled.target}
+        commit_id = uuid.uuid4().hex
+        props = {
+            "run_id": self.run_id, "commit_id": commit_id, "model": compiled.path, "target": compiled.target,
+            "partition": result.partition or "", "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
+            "pins": json.dumps(pins, sort_keys=True), "base_snapshot": str(target.snapshot_id or ""),
+            "window_start": window.start if window else "", "window_end": window.end if window else "",
+            "watermark": window.end if window and window.kind == "dynamic" else "",
+            "started_at": started_at.isoformat(), "attempt": str(attempt), "lakewrap_version": __version__,
+            "full_refresh": "true" if refresh else "",
+        }
+        summary = {PREFIX + k: v for k, v in props.items()}
+        self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh)
+        if stage_rows == 0 and result.rows_deleted > 0:
+            warning = f"the result is empty but the partition had {result.rows_deleted} rows; they were removed"
+            result.warnings.append(warning)  # (--strict refuses before the commit, below)
+
+    def _commit(self, compiled: CompiledPlan, op: CommitOp, target: Pinned, rows: Any, delete: Any,
+                summary: dict[str, str], commit_id: str, result: Result, log: StatementLog,
+                refresh: bool = False) -> None:
+        from pyiceberg.exceptions import CommitStateUnknownException
+
+        table = target.table
+        if table is not None:
+            tx = table.transaction()
+            if (refresh or compiled.strategy in REPLACING) and not same_columns(rows.schema, table.schema()):
+                evolve(tx, rows.schema, compiled.target)
+            rows = conform(rows, tx.table_metadata.schema())
+        else:
+            schema, _, name = compiled.target.partition(".")
+            self.lake.ensure_namespace(schema)
+            ice_schema = iceberg_schema(rows.schema)
+            tx = self.lake.catalog().create_table_transaction(
+                (schema, name), schema=ice_schema, partition_spec=partition_spec(ice_schema, op.partition),
+                properties=dict(SERIALIZABLE))
+        if self.strict and delete is not None and rows.num_rows == 0:
+            n = count_matching(table, delete)
+            if n > 0:
+                raise StrictRefusal(f"{compiled.path}: the result is empty but the partition had {n} rows",
+                                    hint="check the model's source; run without --strict to accept")
+        with warnings.catch_warnings():  # "Delete operation did not match any records": a new partition
+            warnings.simplefilter("ignore", UserWarning)
+            if (op.operation == "overwrite" or refresh) and table is not None:
+                tx.overwrite(rows, overwrite_filter=delete, snapshot_properties=summary)
+            else:
+                tx.append(rows, snapshot_properties=summary)
+        if self.before_commit is not None:
+            self.before_commit(tx)
+        log.note(f"commit {commit_id}: {rows.num_rows} rows")
+        try:
+            tx.commit_transaction()
+        except Exception as exc:
+            if definitely_not_committed(exc):
+                raise
+            # Unknown outcome: look for this attempt's commit id before anything is retried.
+            log.note(f"commit outcome unknown ({type(exc).__name__}); looking up commit {commit_id}")
+            if not self._landed(compiled.target, commit_id):
+                if isinstance(exc, (CommitStateUnknownException, OSError)):
+                    raise CommitUnknown(f"{compiled.path}: the commit's outcome was unknown and it is not in "
+                                        f"the table's history: {str(exc).splitlines()[0]}") from exc
+                raise
+            log.note(f"commit {commit_id} found in the table's history: it landed")
+        self._read_back(compiled, commit_id, rows.num_rows, result, refresh)
+        result.status = "success"
+
+    def _landed(self, target: str, commit_id: str) -> bool:
+        try:
+            return bool(committed_snapshots(self.lake.load(target), commit_id))
+        except Exception:
+            return False
+
+    def _read_back(self, compiled: CompiledPlan, commit_id: str, appended: int, result: Result,
+                   refresh: bool = False) -> None:
+        """Row counts and the snapshot id from the committed snapshots' summaries (never fails the result)."""
+        try:
+            table = self.lake.load(compiled.target)
+            snaps = committed_snapshots(table, commit_id)
+            last, first = snaps[-1], snaps[0]
+            parent = table.metadata.snapshot_by_id(first.parent_snapshot_id) if first.parent_snapshot_id else None
+            before = total_records(parent)
+            deleted = max(0, before + appended - total_records(last))
+            result.snapshot_id = int(last.snapshot_id)
+        except Exception as exc:
+            result.warnings.append(f"committed, but its snapshot could not be read back: {str(exc).strip()}")
+            return
+        if refresh:  # a rebuild, as DuckLake's drop and re-create: only the rows written count
+            result.rows_inserted = appended
+            return
+        match compiled.strategy:
+            case "merge" | "snapshot":
+                result.rows_updated, result.rows_inserted = deleted, appended - deleted
+            case "table":
+                result.rows_inserted = appended
+            case _:
+                result.rows_inserted, result.rows_deleted = appended, deleted
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether re-reading and recomputing the whole materialization may succeed."""
+    from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError, ValidationException
+
+    return isinstance(exc, (CommitFailedException, ValidationException, TableAlreadyExistsError,
+                            TransientExecutionError, CommitUnknown))
+
+
+def definitely_not_committed(exc: BaseException) -> bool:
+    """Errors after which pyiceberg guarantees the commit did not land."""
+    from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError, ValidationException
+
+    return isinstance(exc, (CommitFailedException, ValidationException, TableAlreadyExistsError, ValueError))
+
+
+def refuse_snapshot_isolation(table: Any, name: str) -> None:
+    """Overwrites need ``serializable`` isolation (``snapshot`` duplicates rows in a race)."""
+    for key in SERIALIZABLE:
+        level = table.properties.get(key, "serializable")
+        if level != "serializable":
+            raise ExecutionError(f"the Iceberg table {name} has {key} = {level}",
+                                 hint="lakewrap's overwrites need serializable isolation: set it back "
+                                      "(a race under snapshot isolation duplicates rows)")
+
+
+def committed_snapshots(table: Any, commit_id: str) -> list[Any]:
+    """The table's snapshots carrying ``commit_id``, oldest first."""
+    if table is None:
+        return []
+    out = [s for s in table.snapshots() if s.summary is not None
+           and s.summary.additional_properties.get(PREFIX + "commit_id") == commit_id]
+    return sorted(out, key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
+
+
+def total_records(snapshot: Any) -> int:
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    return int(snapshot.summary.additional_properties.get("total-records", 0))
+
+
+def iceberg_schema(arrow_schema: Any) -> Any:
+    """The Iceberg schema of a new table from the result's Arrow schema, with field ids 1..n."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    return assign_fresh_schema_ids(Catalog._convert_schema_if_needed(arrow_schema))
+
+
+def partition_spec(schema: Any, layout: tuple[str, str] | None) -> Any:
+    """The partition spec of a table the commit creates: ``day(created_at)`` etc., by field name.
+
+    A time transform needs a date or timestamp column; a key of another type leaves the table
+    unpartitioned (the window filter still selects its rows).
+    """
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+    from pyiceberg.transforms import DayTransform, HourTransform, MonthTransform, YearTransform
+
+    names = {f.name: f for f in schema.fields}
+    if layout is None or layout[1] not in names:
+        return UNPARTITIONED_PARTITION_SPEC
+    transform, column = layout
+    field = names[column]
+    if str(field.field_type) not in ("date", "timestamp", "timestamptz") or (
+            transform == "hour" and str(field.field_type) == "date"):
+        return UNPARTITIONED_PARTITION_SPEC
+    source_id = field.field_id
+    transforms: dict[str, Any] = {"hour": HourTransform, "day": DayTransform, "month": MonthTransform,
+                                  "year": YearTransform}
+    fn = transforms[transform]()
+    return PartitionSpec(PartitionField(source_id=source_id, field_id=1000, transform=fn,
+                                        name=f"{column}_{transform}"))
+
+
+# strategies that replace the whole table: like CREATE OR REPLACE, they take the result's columns
+REPLACING = ("table", "seed")
+
+
+def same_columns(arrow_schema: Any, schema: Any) -> bool:
+    """Whether the result's columns and types are the table's (by name)."""
+    ours = {(f.name, str(f.field_type)) for f in iceberg_schema(arrow_schema).fields}
+    return ours == {(f.name, str(f.field_type)) for f in schema.fields}
+
+
+def evolve(tx: Any, arrow_schema: Any, name: str) -> None:
+    """A full rebuild whose columns changed: drop the columns the result lost or retyped, add the new
+    ones, in the same transaction as the data."""
+    new = {f.name: str(f.field_type) for f in iceberg_schema(arrow_schema).fields}
+    try:
+        with tx.update_schema(allow_incompatible_changes=True) as update:
+            for field in tx.table_metadata.schema().fields:
+                if new.get(field.name) != str(field.field_type):
+                    update.delete_column(field.name)
+        with tx.update_schema() as update:
+            update.union_by_name(iceberg_schema(arrow_schema))
+    except Exception as exc:
+        raise ExecutionError(f"cannot change the columns of the Iceberg table {name}: {str(exc).splitlines()[0]}",
+                             hint="drop the table and run again") from None
+
+
+def conform(rows: Any, schema: Any) -> Any:
+    """The rows with the table's column order (by name); a mismatch is left for pyiceberg to report."""
+    names = [f.name for f in schema.fields]
+    if sorted(names) == sorted(rows.schema.names):
+        return rows.select(names)
+    raise ExecutionError(
+        "the result's columns differ from the Iceberg table's: "
+        f"missing {sorted(set(names) - set(rows.schema.names))}, new {sorted(set(rows.schema.names) - set(names))}",
+        hint="on_schema_change is `fail` on Iceberg: run with --full-refresh to rebuild the table",
+    )
+
+
+def count_matching(table: Any, delete: Any) -> int:
+    if table is None:
+        return 0
+    return int(table.scan(row_filter=delete).to_arrow().num_rows)
+
+
+def to_filter(condition: str, params: dict[str, Any], cursor: Any, schema: Any) -> Any:
+    """A pyiceberg row filter from a compiled ``delete_where`` condition.
+
+    The condition is SQL the compiler rendered; it is parsed, not built, here. Parameters take the
+    type of the column they are compared with; a ``(k) IN (SELECT k FROM <staged table>)`` reads
+    the keys from DuckDB.
+    """
+    import sqlglot
+    from pyiceberg import expressions as ie
+    from sqlglot import exp
+
+    types = {f.name: str(f.field_type) for f in schema.fields}
+
+    def name(node: exp.Expr) -> str:
+        if not isinstance(node, exp.Column):
+            raise ExecutionError(f"cannot use `{node.sql()}` in an Iceberg row filter")
+        return node.name
+
+    def value(node: exp.Expr, column: str) -> Any:
+        if isinstance(node, exp.Cast):
+            node = node.this
+        if isinstance(node, exp.Placeholder):
+            v = params[node.name]
+        elif isinstance(node, exp.Boolean):
+            v = node.this
+        elif isinstance(node, exp.Literal):
+            v = node.to_py()
+        else:
+            raise ExecutionError(f"cannot use `{node.sql()}` in an Iceberg row filter")
+        return typed(v, types.get(column, ""))
+
+    # pyiceberg's predicate classes are pydantic models typed for keyword construction
+    comparisons: dict[type, Any] = {exp.EQ: ie.EqualTo, exp.GTE: ie.GreaterThanOrEqual, exp.GT: ie.GreaterThan,
+                   exp.LT: ie.LessThan, exp.LTE: ie.LessThanOrEqual}
+
+    def convert(node: exp.Expr) -> Any:
+        if isinstance(node, exp.Paren):
+            return convert(node.this)
+        if isinstance(node, exp.Boolean):
+            return ie.AlwaysTrue() if node.this else ie.AlwaysFalse()
+        if isinstance(node, exp.And):
+            return ie.And(convert(node.this), convert(node.expression))
+        if isinstance(node, exp.Or):
+            return ie.Or(convert(node.this), convert(node.expression))
+        if isinstance(node, exp.Not):
+            return ie.Not(convert(node.this))
+        for kind, pred in comparisons.items():
+            if isinstance(node, kind):
+                column = name(node.this)
+                return pred(column, value(node.expression, column))
+        if isinstance(node, exp.In) and node.args.get("query") is not None:
+            lhs = node.this
+            columns = [name(c) for c in lhs.expressions] if isinstance(lhs, exp.Tuple) else [name(lhs)]
+            keys = cursor.execute(node.args["query"].this.sql(dialect="duckdb")).fetchall()
+            if not keys:
+                return ie.AlwaysFalse()
+            if len(columns) == 1:
+                return in_(columns[0], {typed(k[0], types.get(columns[0], "")) for k in keys if k[0] is not None})
+            alternatives = [ie.And(*(equal_to(c, typed(v, types.get(c, "")))
+                                     for c, v in zip(columns, k, strict=True))) for k in set(keys)]
+            return ie.Or(*alternatives) if len(alternatives) > 1 else alternatives[0]
+        raise ExecutionError(f"cannot use `{node.sql()}` in an Iceberg row filter")
+
+    in_: Any = ie.In
+    equal_to: Any = ie.EqualTo
+    return convert(sqlglot.parse_one(condition, read="duckdb"))
+
+
+def typed(v: Any, field_type: str) -> Any:
+    """A Python value as pyiceberg compares it with a field of ``field_type``."""
+    if isinstance(v, datetime):
+        if field_type == "timestamptz":
+            return v if v.tzinfo else v.replace(tzinfo=timezone.utc)
+        if field_type == "timestamp":  # lakewrap's session time zone is UTC
+            return v.astimezone(timezone.utc).replace(tzinfo=None) if v.tzinfo else v
+        if field_type == "date":
+            return v.astimezone(timezone.utc).date() if v.tzinfo else v.date()
+    if isinstance(v, date) and not isinstance(v, datetime) and field_type in ("timestamp", "timestamptz"):
+        return datetime(v.year, v.month, v.day, tzinfo=timezone.utc if field_type == "timestamptz" else None)
+    return v

@@ -1,0 +1,126 @@
+"""``query``, ``status`` and ``history`` on an Iceberg lake, read from the tables' own snapshots.
+
+Every materialization's state is in the summary of the snapshot(s) its commit added (keys
+``lakewrap.*``; an overwrite adds a delete and an append snapshot, both carrying it). Nothing is
+kept beside the lake that could disagree with the data. Snapshots removed by expiry take their
+history with them.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lakewrap.errors import ExecutionError, PlanError
+from lakewrap.execute.iceberg import IcebergLake
+from lakewrap.execute.iceberg_commit import PREFIX, total_records
+
+
+def materializations(table: Any) -> list[dict[str, Any]]:
+    """One entry per lakewrap commit of ``table``, oldest first (the commit's last snapshot)."""
+    if table is None:
+        return []
+    by_commit: dict[str, list[Any]] = {}
+    for snap in table.snapshots():
+        props = snap.summary.additional_properties if snap.summary is not None else {}
+        cid = props.get(PREFIX + "commit_id")
+        if cid:
+            by_commit.setdefault(cid, []).append(snap)
+    out = []
+    for snaps in by_commit.values():
+        snaps.sort(key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
+        first, last = snaps[0], snaps[-1]
+        props = {k.removeprefix(PREFIX): v for k, v in last.summary.additional_properties.items()
+                 if k.startswith(PREFIX)}
+        parent = table.metadata.snapshot_by_id(first.parent_snapshot_id) if first.parent_snapshot_id else None
+        appended = sum(int(s.summary.additional_properties.get("added-records", 0)) for s in snaps
+                       if s.summary.operation.value == "append")
+        deleted = max(0, total_records(parent) + appended - total_records(last))
+        strategy = props.get("strategy", "")
+        rebuilt = strategy == "table" or props.get("full_refresh") == "true"
+        updated = deleted if strategy in ("merge", "snapshot") and not rebuilt else 0
+        out.append({
+            "snapshot_id": last.snapshot_id,
+            "run_id": props.get("run_id"),
+            "partition": props.get("partition") or None,
+            "strategy": strategy,
+            "rows_inserted": appended - updated,
+            "rows_updated": updated,
+            "rows_deleted": 0 if strategy in ("merge", "snapshot") or rebuilt else deleted,
+            "sql_sha256": props.get("sql_sha256", ""),
+            "committed_at": datetime.fromtimestamp(last.timestamp_ms / 1000, tz=timezone.utc).isoformat(),
+            "pins": json.loads(props["pins"]) if props.get("pins") else {},
+            "model": props.get("model"),
+            "timestamp_ms": last.timestamp_ms,
+        })
+    out.sort(key=lambda m: m["timestamp_ms"])
+    return out
+
+
+def history(root: Path, model: str) -> list[dict[str, Any]]:
+    """The materializations of one model, newest first, with their Iceberg snapshot ids."""
+    from lakewrap.compile import load_project
+
+    root = root.resolve()
+    specs = load_project(root, None).select([model])
+    if len(specs) != 1:
+        raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
+    lake = IcebergLake.open(root, read_only=True)
+    rows = materializations(lake.load(str(specs[0].target)))
+    keys = ("snapshot_id", "run_id", "partition", "strategy", "rows_inserted", "rows_updated", "rows_deleted",
+            "sql_sha256", "committed_at", "pins")
+    return [{k: m[k] for k in keys} for m in reversed(rows)]
+
+
+def status_rows(lake: IcebergLake, target: str) -> list[tuple[str | None, str, str]]:
+    """(partition, run id, committed at) of each materialization of ``target``."""
+    return [(m["partition"], m["run_id"], m["committed_at"]) for m in materializations(lake.load(target))]
+
+
+def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: str) -> dict[str, int | None]:
+    """Each table's snapshot as the lake stood when run ``as_of`` (or snapshot ``as_of``) committed.
+
+    The instant is the last commit of that run (or that snapshot's commit); each table is read at
+    its latest snapshot at or before it (None: the table did not exist yet).
+    """
+    tables = {n: lake.load(n) for n in names}
+    instant: int | None = None
+    if as_of.isdigit():
+        for t in tables.values():
+            snap = t.metadata.snapshot_by_id(int(as_of)) if t is not None else None
+            if snap is not None:
+                instant = snap.timestamp_ms
+    else:
+        stamps = [s.timestamp_ms for t in tables.values() if t is not None for s in t.snapshots()
+                  if s.summary is not None and s.summary.additional_properties.get(PREFIX + "run_id") == as_of]
+        instant = max(stamps) if stamps else None
+    if instant is None:
+        raise PlanError(f"no snapshot or run `{as_of}` in this lake",
+                        hint="`lakewrap history MODEL` lists runs and snapshot ids")
+    out: dict[str, int | None] = {}
+    for name, t in tables.items():
+        snaps = [s for s in t.snapshots() if s.timestamp_ms <= instant] if t is not None else []
+        out[name] = max(snaps, key=lambda s: (s.timestamp_ms, s.sequence_number or 0)).snapshot_id if snaps else None
+    return out
+
+
+def query_cursor(root: Path, text: str, as_of: str | None, fetch: Any) -> Any:
+    """Run one read-only SELECT over every table of the catalog (each a view), optionally as of a run."""
+    lake = IcebergLake.open(root.resolve(), read_only=True)
+    names = lake.tables()
+    pins: dict[str, int] | None = None
+    if as_of is not None:
+        at = as_of_snapshots(lake, names, as_of)
+        names = [n for n in names if at[n] is not None]
+        pins = {n: sid for n, sid in at.items() if sid is not None}
+    con = lake.connect()
+    try:
+        with lake.scratch(con, names, pins) as (cursor, _):
+            try:
+                return fetch(cursor.execute(text))
+            except Exception as exc:
+                raise ExecutionError(lake.redact(str(exc)).strip()) from None
+    finally:
+        lake.close(con)

@@ -1,0 +1,182 @@
+"""A small Iceberg REST catalog for the tests: Flask over pyiceberg's SqlCatalog.
+
+No REST catalog server is installable here, so -- the way Apache Iceberg's own REST test fixture
+(``RESTCatalogServer``) wraps a JDBC catalog -- this adapter serves the REST protocol from a
+SqlCatalog on SQLite. pyiceberg's ``RestCatalog`` and DuckDB's ``ATTACH ... (TYPE iceberg,
+ENDPOINT ...)`` both talk to it. Commits go through ``SqlCatalog.commit_table`` with the
+requirements and updates parsed by pyiceberg's own pydantic models, so optimistic concurrency is
+the SqlCatalog's (a stale requirement answers 409 ``CommitFailedException``).
+
+Endpoints: ``/v1/config``; namespaces (list, create, load/HEAD, drop); tables (list, create
+including ``stage-create``, load/HEAD, commit, drop); ``/v1/transactions/commit`` (one table commit
+after another: not atomic across tables, which lakewrap never needs). No auth.
+
+Use :func:`serve` (a context manager) to run it on a free port in a thread of the test process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from flask import Flask, Response, jsonify, request
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+    ValidationError,
+)
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import CommitTableRequest
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from werkzeug.serving import make_server
+
+from servers import free_port
+
+ERRORS: list[tuple[type[Exception], int]] = [
+    (NoSuchTableError, 404), (NoSuchNamespaceError, 404), (TableAlreadyExistsError, 409),
+    (NamespaceAlreadyExistsError, 409), (CommitFailedException, 409), (NamespaceNotEmptyError, 409),
+    (ValidationError, 400),
+]
+
+
+class _Named:
+    """What ``SqlCatalog.commit_table`` needs of a table that does not exist yet: its name."""
+
+    def __init__(self, identifier: tuple[str, ...]):
+        self.identifier = identifier
+
+    def name(self) -> tuple[str, ...]:
+        return self.identifier
+
+
+def _ns(text: str) -> tuple[str, ...]:
+    return tuple(unquote(text).split("\x1f"))
+
+
+def _table_result(metadata_location: str | None, metadata: Any) -> dict[str, Any]:
+    return {"metadata-location": metadata_location, "metadata": metadata.model_dump(mode="json", by_alias=True,
+                                                                                     exclude_none=True),
+            "config": {}}
+
+
+def make_app(catalog: SqlCatalog) -> Flask:
+    app = Flask("lakewrap-test-rest-catalog")
+    lock = threading.Lock()  # one commit at a time, like a catalog's row lock
+
+    @app.errorhandler(Exception)
+    def error(exc: Exception) -> tuple[Response, int]:
+        code = next((c for kind, c in ERRORS if isinstance(exc, kind)), 500)
+        body = {"error": {"message": str(exc), "type": type(exc).__name__, "code": code}}
+        return jsonify(body), code
+
+    @app.get("/v1/config")
+    def config() -> Response:
+        return jsonify({"defaults": {}, "overrides": {}})
+
+    @app.get("/v1/namespaces")
+    def list_namespaces() -> Response:
+        return jsonify({"namespaces": [list(ns) for ns in catalog.list_namespaces()]})
+
+    @app.post("/v1/namespaces")
+    def create_namespace() -> Response:
+        body = request.get_json()
+        catalog.create_namespace(tuple(body["namespace"]), body.get("properties") or {})
+        return jsonify({"namespace": body["namespace"], "properties": body.get("properties") or {}})
+
+    @app.route("/v1/namespaces/<ns>", methods=["GET", "HEAD"])
+    def load_namespace(ns: str) -> Response:
+        props = catalog.load_namespace_properties(_ns(ns))
+        return jsonify({"namespace": list(_ns(ns)), "properties": props})
+
+    @app.delete("/v1/namespaces/<ns>")
+    def drop_namespace(ns: str) -> tuple[str, int]:
+        catalog.drop_namespace(_ns(ns))
+        return "", 204
+
+    @app.get("/v1/namespaces/<ns>/tables")
+    def list_tables(ns: str) -> Response:
+        return jsonify({"identifiers": [{"namespace": list(i[:-1]), "name": i[-1]}
+                                        for i in catalog.list_tables(_ns(ns))]})
+
+    @app.post("/v1/namespaces/<ns>/tables")
+    def create_table(ns: str) -> Response:
+        body = request.get_json()
+        identifier = (*_ns(ns), body["name"])
+        schema = Schema.model_validate(body["schema"])
+        spec = PartitionSpec.model_validate(body["partition-spec"]) if body.get("partition-spec") else \
+            UNPARTITIONED_PARTITION_SPEC
+        order = SortOrder.model_validate(body["write-order"]) if body.get("write-order") else UNSORTED_SORT_ORDER
+        props = body.get("properties") or {}
+        if body.get("stage-create"):
+            if catalog.table_exists(identifier):
+                raise TableAlreadyExistsError(f"Table {'.'.join(identifier)} already exists")
+            staged = catalog._create_staged_table(identifier, schema, body.get("location"), spec, order, props)
+            location = staged.metadata.location
+            if location.startswith("file://"):  # DuckDB writes manifests before the creating commit
+                for sub in ("metadata", "data"):
+                    Path(location.removeprefix("file://"), sub).mkdir(parents=True, exist_ok=True)
+            return jsonify(_table_result(None, staged.metadata))
+        table = catalog.create_table(identifier, schema, body.get("location"), spec, order, props)
+        return jsonify(_table_result(table.metadata_location, table.metadata))
+
+    @app.route("/v1/namespaces/<ns>/tables/<name>", methods=["GET", "HEAD"])
+    def load_table(ns: str, name: str) -> Response:
+        table = catalog.load_table((*_ns(ns), unquote(name)))
+        return jsonify(_table_result(table.metadata_location, table.metadata))
+
+    @app.delete("/v1/namespaces/<ns>/tables/<name>")
+    def drop_table(ns: str, name: str) -> tuple[str, int]:
+        catalog.drop_table((*_ns(ns), unquote(name)))
+        return "", 204
+
+    def commit(body: dict[str, Any]) -> dict[str, Any]:
+        req = CommitTableRequest.model_validate(body)
+        identifier = (*req.identifier.namespace.root, req.identifier.name)
+        with lock:
+            try:
+                table: Any = catalog.load_table(identifier)
+            except NoSuchTableError:
+                table = _Named(identifier)
+            response = catalog.commit_table(table, req.requirements, req.updates)
+        return {"metadata-location": response.metadata_location,
+                "metadata": response.metadata.model_dump(mode="json", by_alias=True, exclude_none=True)}
+
+    @app.post("/v1/namespaces/<ns>/tables/<name>")
+    def commit_table(ns: str, name: str) -> Response:
+        body = request.get_json()
+        body.setdefault("identifier", {"namespace": list(_ns(ns)), "name": unquote(name)})
+        return jsonify(commit(body))
+
+    @app.post("/v1/transactions/commit")
+    def commit_transaction() -> tuple[str, int]:
+        for change in request.get_json()["table-changes"]:
+            commit(change)
+        return "", 204
+
+    return app
+
+
+@contextmanager
+def serve(catalog: SqlCatalog) -> Iterator[str]:
+    """Serve ``catalog`` on 127.0.0.1 in a thread; yields the base URI."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    port = free_port()
+    server = make_server("127.0.0.1", port, make_app(catalog), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
