@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lakewrap import __version__
 from lakewrap.errors import PlanError
 from lakewrap.plan import Plan, Substrate, make_plan
-from lakewrap.project import Project, discover
+from lakewrap.project import Project, model_files
 from lakewrap.spec import ModelSpec, TimePartitioning
 
 if TYPE_CHECKING:
@@ -299,12 +299,12 @@ def _plan_key(plan: Plan) -> str:
     return f"{plan.substrate}:{','.join(plan.columns) if plan.columns else '*'}"
 
 
-def _parse_one(path: Path, root: Path, text: str | None, pre: _Precompile | None) -> _Parsed | None:
+def _parse_one(path: Path, root: Path, text: str | None, rel: str, pre: _Precompile | None) -> _Parsed | None:
     """Parse one model (a worker's unit of work); None when it fails, to be redone for its error."""
     from lakewrap.parse import parse_model
 
     try:
-        parsed = _Parsed(parse_model(path, root, text=text))
+        parsed = _Parsed(parse_model(path, root, text=text, rel=rel))
     except Exception:
         return None
     if pre is not None and parsed.spec is not None:
@@ -337,13 +337,14 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
 
     root = root.resolve()
     cache = cache if cache is not None else _Cache.memory()
-    paths = discover(root)
+    files = model_files(root)
+    paths = [path for path, _ in files]
     prefix = str(root) + os.sep
     old = cache.entries
     fresh: dict[str, _Entry] = {}
     rels: list[str] = []
     hits: dict[int, ModelSpec] = {}
-    misses: list[tuple[int, Path, str | None]] = []
+    misses: list[tuple[int, Path, str | None]] = []  # (index, path, text)
     for i, path in enumerate(paths):
         raw = path.read_bytes()
         text_path = str(path)
@@ -368,7 +369,7 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
         misses.append((i, path, text))
 
     n_jobs = _jobs(jobs) if len(misses) >= 2 * MIN_PER_JOB else 1
-    parsed = _fan_out(misses, lambda m: _parse_one(m[1], root, m[2], precompile), n_jobs, _to_wire)
+    parsed = _fan_out(misses, lambda m: _parse_one(m[1], root, m[2], files[m[0]][1], precompile), n_jobs, _to_wire)
     done: dict[int, _Parsed | None] = {m[0]: p for m, p in zip(misses, parsed, strict=True)}
 
     project = Project(root)
@@ -380,7 +381,7 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
             if got is None:  # failed in a worker (or the worker died): parse here, for its error
                 from lakewrap.parse import parse_model
 
-                got = _Parsed(parse_model(path, root, text=_text_of(path)))
+                got = _Parsed(parse_model(path, root, text=_text_of(path), rel=files[i][1]))
             spec = got.spec_object()
             entry.plans.update(got.templates)
             if got.plan is not None and got.compiled is not None:
