@@ -332,10 +332,11 @@ def output_columns(
 
 def table_refs(tree: exp.Expr) -> tuple[TableRef, ...]:
     """Tables a statement reads or writes, minus CTE names and table functions."""
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    nodes = list(tree.find_all(exp.CTE, exp.Table))  # one walk
+    ctes = {c.alias_or_name.lower() for c in nodes if isinstance(c, exp.CTE)}
     refs: dict[str, TableRef] = {}
-    for table in tree.find_all(exp.Table):
-        if not isinstance(table.this, exp.Identifier) or not table.name:
+    for table in nodes:
+        if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or not table.name:
             continue
         if not table.db and table.name.lower() in ctes:
             continue
