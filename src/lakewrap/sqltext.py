@@ -163,7 +163,7 @@ def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
         tokens = tokenizer.tokenize(sql)
     except TokenError as exc:
         raise _token_error(sql, path, exc, list(tokenizer.tokens)) from None
-    chunks = _split(tokens)
+    chunks = _split(tokens, sql)
     out: list[Statement] = []
     for chunk in chunks:
         start, end = chunk[0].start, chunk[-1].end + 1
@@ -210,7 +210,9 @@ def _parse_error(sql: str, path: str, exc: ParseError, start: int) -> SqlError:
     )
 
 
-def _split(tokens: list[Token]) -> list[list[Token]]:
+def _split(tokens: list[Token], sql: str) -> list[list[Token]]:
+    if ";" not in sql:  # one statement (the usual model): no token to look for
+        return [tokens] if tokens else []
     chunks: list[list[Token]] = []
     current: list[Token] = []
     for tok in tokens:
