@@ -94,6 +94,8 @@ class _Entry:
 
     ``line`` is the entry exactly as read from the cache file, written back verbatim while the
     entry is unchanged, so saving after a one-file edit does not re-encode the other models.
+    ``plans_json`` is the templates' JSON text, as read or as a worker encoded it; None once
+    :meth:`add` changed them.
     """
 
     sha: str
@@ -115,13 +117,18 @@ class _Entry:
 
     def add(self, key: str, template: Template) -> None:
         self.plans[key] = template
+        self.plans_json = None
         self.line = None
 
     def encode(self, rel: str) -> str:
         if self.line is None:
-            plans = json.dumps(self.plans, separators=(",", ":")) if self._plans is not None else self.plans_json
-            self.line = "\t".join((json.dumps(rel), self.sha, self.spec_json or "null", plans or "{}"))
+            plans = self.plans_json if self.plans_json is not None else _json_text(self.plans)
+            self.line = "\t".join((json.dumps(rel), self.sha, self.spec_json or "null", plans))
         return self.line
+
+
+def _json_text(templates: dict[str, Template]) -> str:
+    return json.dumps(templates, separators=(",", ":"))
 
 
 @dataclass
@@ -276,13 +283,18 @@ class _Precompile:
 
 @dataclass
 class _Parsed:
-    """One model parsed (and maybe compiled): as objects in this process, as JSON through a pipe."""
+    """One model parsed (and maybe compiled): as objects in this process, as JSON through a pipe.
+
+    From a worker, ``templates`` come with ``templates_json``, their text in the cache, encoded there
+    rather than in this process.
+    """
 
     spec: ModelSpec | None = None
     plan: Plan | None = None
     compiled: CompiledPlan | None = None
     spec_json: str | None = None
     templates: dict[str, Template] = field(default_factory=dict)
+    templates_json: str | None = None
 
     def spec_object(self) -> ModelSpec:
         return self.spec if self.spec is not None else ModelSpec.model_validate_json(self.spec_json or "")
@@ -323,6 +335,7 @@ def _to_wire(parsed: _Parsed | None) -> _Parsed | None:
     wire = _Parsed(spec_json=parsed.spec.model_dump_json())
     if parsed.plan is not None and parsed.compiled is not None:
         wire.templates[_plan_key(parsed.plan)] = _template(parsed.compiled)
+    wire.templates_json = _json_text(wire.templates)
     return wire
 
 
@@ -383,7 +396,8 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
 
                 got = _Parsed(parse_model(path, root, text=_text_of(path), rel=files[i][1]))
             spec = got.spec_object()
-            entry.plans.update(got.templates)
+            entry.plans.update(got.templates)  # a fresh entry: these are all its templates
+            entry.plans_json = got.templates_json
             if got.plan is not None and got.compiled is not None:
                 key = _plan_key(got.plan)
                 cache.ready[(got.plan.model.path, key)] = (got.plan, got.compiled)
