@@ -118,8 +118,12 @@ class Compiler:
         available = plan.params()
         statements: list[CompiledStatement] = []
         for shape in shapes:
-            text = shape.text if shape.text is not None else q.render(shape.node)
-            used = parameters(shape.node)
+            if shape.text is not None:  # a literal model's statement, as written
+                text, used = shape.text, parameters(shape.node)
+            else:
+                text = q.render(shape.node)
+                # A named parameter renders as `$name`: text without `$` has none (saves a tree walk).
+                used = parameters(shape.node) if "$" in text else set()
             statements.append(
                 CompiledStatement(
                     role=shape.role,
@@ -242,7 +246,7 @@ class Compiler:
 
     def from_stage(self, alias: str | None = None) -> exp.Select:
         src = q.table(None, STAGE)
-        return exp.select().from_(q.aliased(src, alias) if alias else src)
+        return exp.Select().from_(q.aliased(src, alias) if alias else src, copy=False)
 
     def window_condition(self, plan: Plan, qualifier: str | None = None) -> exp.Expr:
         binding = plan.binding
@@ -254,13 +258,14 @@ class Compiler:
         else:
             lo = exp.GT(this=key, expression=window_bound("partition_start"))
             hi = exp.LTE(this=key.copy(), expression=window_bound("partition_end"))
-        return exp.and_(lo, hi)
+        return exp.and_(lo, hi, copy=False)
 
     def guard_window(self, plan: Plan) -> Shape:
         assert plan.model.partition is not None
         # `cond IS NOT TRUE` also counts rows whose key is NULL: they belong to no window.
-        outside = exp.Not(this=exp.paren(exp.Is(this=exp.paren(self.window_condition(plan)), expression=exp.true())))
-        sel = self.from_stage().where(outside)
+        outside = exp.Not(this=exp.Paren(this=exp.Is(this=exp.Paren(this=self.window_condition(plan)),
+                                                       expression=exp.true())))
+        sel = self.from_stage().where(outside, copy=False)
         key = plan.model.partition.key
         msg = [q.as_text(q.count_star()), q.string(f" rows have {key} outside the partition window "
                                                    "(or NULL); they would be lost or duplicated on re-run")]
@@ -268,22 +273,23 @@ class Compiler:
 
     def guard_keys(self, plan: Plan, keys: tuple[str, ...], check_duplicates: bool) -> list[Shape]:
         label = ", ".join(keys)
-        null_sel = self.from_stage().where(q.or_all(exp.Is(this=q.col(k), expression=exp.Null()) for k in keys))
+        null_sel = self.from_stage().where(q.or_all(exp.Is(this=q.col(k), expression=exp.Null()) for k in keys),
+                                           copy=False)
         out = [Shape("guard", q.fail_if(null_sel, [q.as_text(q.count_star()),
                                                     q.string(f" rows have a NULL unique_key ({label})")]),
                      "refuse NULL keys")]
         if check_duplicates:
             grouped = (
-                exp.select(*(q.col(k) for k in keys))
-                .from_(q.table(None, STAGE))
-                .group_by(*(q.col(k) for k in keys))
-                .having(exp.GT(this=q.count_star(), expression=exp.Literal.number(1)))
+                exp.select(*(q.col(k) for k in keys), copy=False)
+                .from_(q.table(None, STAGE), copy=False)
+                .group_by(*(q.col(k) for k in keys), copy=False)
+                .having(exp.GT(this=q.count_star(), expression=exp.Literal.number(1)), copy=False)
             )
             example_parts: list[exp.Expr] = []
             for i, k in enumerate(keys):
                 example_parts += ([q.string(", ")] if i else []) + [q.as_text(q.col(k))]
             example = exp.Min(this=q.concat(example_parts))
-            sel = exp.select().from_(grouped.subquery(q.ident("dupes")))
+            sel = exp.Select().from_(grouped.subquery(q.ident("dupes"), copy=False), copy=False)
             msg = [q.as_text(q.count_star()),
                    q.string(f" unique_key ({label}) values occur more than once, e.g. ("), example, q.string(")")]
             out.append(Shape("guard", q.fail_if(sel, msg), "refuse duplicate keys"))
@@ -308,7 +314,8 @@ class Compiler:
 
     def empty_of(self, select: exp.Query) -> exp.Select:
         """``SELECT * FROM (<select>) LIMIT 0``: the result's schema, no rows."""
-        return exp.select(exp.Star()).from_(select.subquery(q.ident("result"))).limit(0)
+        return q.limit_zero(exp.select(exp.Star(), copy=False).from_(select.subquery(q.ident("result"), copy=False),
+                                                                    copy=False))
 
     def insert_by_name(self, plan: Plan, select: exp.Expr) -> exp.Insert:
         return exp.Insert(this=self.target(plan), expression=select, by_name=True)
@@ -342,10 +349,10 @@ class Compiler:
 
     def delete_insert(self, plan: Plan) -> list[Shape]:
         shapes = self.staged(plan)
-        shapes += self.bootstrap(plan, self.from_stage().select(exp.Star()).limit(0))
+        shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
         delete = exp.Delete(this=self.target(plan), where=exp.Where(this=self.window_condition(plan)))
         shapes.append(Shape("write", delete, "remove the window's current rows"))
-        shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star())),
+        shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star(), copy=False)),
                             "insert the window's new rows, by column name"))
         shapes.append(self.drop(STAGE))
         return shapes
@@ -358,8 +365,8 @@ class Compiler:
             shapes.append(Shape("write", self.insert_by_name(plan, query), "insert the rows, by column name"))
             return shapes
         shapes = self.staged(plan)
-        shapes += self.bootstrap(plan, self.from_stage().select(exp.Star()).limit(0))
-        shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star())),
+        shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
+        shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star(), copy=False)),
                             "insert the rows, by column name"))
         shapes.append(self.drop(STAGE))
         return shapes
@@ -373,7 +380,7 @@ class Compiler:
         )
         rank = exp.EQ(this=window, expression=exp.Literal.number(1))
         ranked = self.query(plan).subquery(q.ident("result"), copy=False)
-        return exp.select(exp.Star()).from_(ranked, copy=False).qualify(rank, copy=False)
+        return exp.select(exp.Star(), copy=False).from_(ranked, copy=False).qualify(rank, copy=False)
 
     def merge(self, plan: Plan) -> list[Shape]:
         strategy = plan.model.strategy
@@ -398,12 +405,12 @@ class Compiler:
         select = (self.deduped(plan, keys, strategy.dedupe_by) if strategy.dedupe_by else self.query(plan))
         shapes = self.staged(plan, select)
         shapes += self.guard_keys(plan, keys, check_duplicates=strategy.dedupe == "error")
-        shapes += self.bootstrap(plan, self.from_stage().select(exp.Star()).limit(0))
+        shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
         on = q.keys_equal(keys, TARGET, SOURCE)
         if strategy.predicate is not None:
             import sqlglot
 
-            on = exp.and_(on, exp.paren(sqlglot.condition(strategy.predicate, dialect="duckdb")))
+            on = exp.and_(on, exp.Paren(this=sqlglot.condition(strategy.predicate, dialect="duckdb")), copy=False)
         whens = []
         if updated:
             sets = [exp.EQ(this=q.col(c), expression=q.col(c, SOURCE)) for c in updated]
@@ -434,7 +441,7 @@ class Compiler:
         shapes += self.guard_keys(plan, keys, check_duplicates=True)
         if s.strategy == "timestamp":
             assert s.updated_at is not None
-            null_ts = self.from_stage().where(exp.Is(this=q.col(s.updated_at), expression=exp.Null()))
+            null_ts = self.from_stage().where(exp.Is(this=q.col(s.updated_at), expression=exp.Null()), copy=False)
             shapes.append(Shape("guard", q.fail_if(null_ts, [q.as_text(q.count_star()),
                                                              q.string(f" rows have a NULL {s.updated_at}")]),
                                 "refuse versions without a timestamp"))
@@ -442,19 +449,20 @@ class Compiler:
             empty_ts: exp.Expr = q.col(s.updated_at)
         else:
             valid_from = q.param("run_timestamp")
-            empty_ts = exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.TIMESTAMPTZ))
+            empty_ts = exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.TIMESTAMPTZ), copy=False)
         meta = [
-            exp.alias_(empty_ts.copy(), "valid_from", quoted=True),
-            exp.alias_(empty_ts.copy(), "valid_to", quoted=True),
-            exp.alias_(exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.BOOLEAN)), "is_current", quoted=True),
+            exp.alias_(empty_ts.copy(), "valid_from", quoted=True, copy=False),
+            exp.alias_(empty_ts, "valid_to", quoted=True, copy=False),
+            exp.alias_(exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.BOOLEAN), copy=False), "is_current",
+                       quoted=True, copy=False),
         ]
         if s.hard_deletes == "new_record":
-            no_flag = exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.BOOLEAN))
-            meta.append(exp.alias_(no_flag, "is_deleted", quoted=True))
-        shapes += self.bootstrap(plan, self.from_stage().select(exp.Star(), *meta).limit(0))
+            no_flag = exp.cast(exp.Null(), exp.DataType.build(exp.DataType.Type.BOOLEAN), copy=False)
+            meta.append(exp.alias_(no_flag, "is_deleted", quoted=True, copy=False))
+        shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), *meta, copy=False)))
 
         current = "current"
-        joined = exp.and_(q.keys_equal(keys, current, SOURCE), q.col("is_current", current))
+        joined = exp.and_(q.keys_equal(keys, current, SOURCE), q.col("is_current", current), copy=False)
         if s.strategy == "timestamp":
             assert s.updated_at is not None
             changed: exp.Expr = exp.GT(this=q.col(s.updated_at, SOURCE), expression=q.col(s.updated_at, current))
@@ -470,10 +478,10 @@ class Compiler:
         if s.hard_deletes == "new_record":
             conditions.insert(1, q.col("is_deleted", current))
         changes = (
-            exp.select(*(q.col(c, SOURCE) for c in columns))
-            .from_(q.aliased(q.table(None, STAGE), SOURCE))
-            .join(q.aliased(self.target(plan), current), on=joined, join_type="LEFT")
-            .where(q.or_all(conditions))
+            exp.select(*(q.col(c, SOURCE) for c in columns), copy=False)
+            .from_(q.aliased(q.table(None, STAGE), SOURCE), copy=False)
+            .join(q.left_join(q.aliased(self.target(plan), current), joined), copy=False)
+            .where(q.or_all(conditions), copy=False)
         )
         if s.strategy == "timestamp" and s.hard_deletes != "ignore":
             # A key that left the source and came back may carry an old timestamp. When it is not
@@ -482,14 +490,15 @@ class Compiler:
             # history never claims the key existed while it was deleted.
             prior = "prior"
             last_to = (exp.select(*(q.col(k) for k in keys), exp.alias_(exp.Max(this=q.col("valid_to")), "last_to",
-                                                                        quoted=True))
-                       .from_(self.target(plan)).group_by(*(q.col(k) for k in keys)))
-            changes = changes.join(last_to.subquery(q.ident(prior)), on=q.keys_equal(keys, prior, SOURCE),
-                                   join_type="LEFT")
+                                                                        quoted=True, copy=False), copy=False)
+                       .from_(self.target(plan), copy=False).group_by(*(q.col(k) for k in keys), copy=False))
+            changes = changes.join(q.left_join(last_to.subquery(q.ident(prior), copy=False),
+                                             q.keys_equal(keys, prior, SOURCE)), copy=False)
             bound = exp.func("greatest", q.col("valid_from", current), q.col("last_to", prior))
-            fresh = exp.or_(exp.Is(this=bound, expression=exp.Null()), exp.GT(this=valid_from, expression=bound.copy()))
+            fresh = exp.or_(exp.Is(this=bound, expression=exp.Null()), exp.GT(this=valid_from, expression=bound.copy()),
+                            copy=False)
             valid_from = exp.Case(ifs=[exp.If(this=fresh, true=valid_from.copy())], default=q.param("run_timestamp"))
-        changes = changes.select(exp.alias_(valid_from, VALID_FROM, quoted=True))
+        changes = changes.select(exp.alias_(valid_from, VALID_FROM, quoted=True, copy=False), copy=False)
         shapes.append(Shape("stage", exp.Create(
             this=q.table(None, CHANGES), kind="TABLE", replace=True,
             properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=changes),
@@ -501,18 +510,21 @@ class Compiler:
                 exp.EQ(this=q.col("is_current"), expression=exp.false()),
             ],
             from_=exp.From(this=q.aliased(q.table(None, CHANGES), "changes")),
-            where=exp.Where(this=exp.and_(q.keys_equal(keys, TARGET, "changes"), q.col("is_current", TARGET))),
+            where=exp.Where(this=exp.and_(q.keys_equal(keys, TARGET, "changes"), q.col("is_current", TARGET),
+                                          copy=False)),
         )
         shapes.append(Shape("write", close, "close the superseded current versions"))
         if s.hard_deletes != "ignore":
-            gone = exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1))
-                                           .from_(q.aliased(q.table(None, STAGE), SOURCE))
-                                           .where(q.keys_equal(keys, SOURCE, TARGET))))
+            gone = exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1), copy=False)
+                                           .from_(q.aliased(q.table(None, STAGE), SOURCE), copy=False)
+                                           .where(q.keys_equal(keys, SOURCE, TARGET), copy=False)))
             live: exp.Expr = q.col("is_current", TARGET)
             if s.hard_deletes == "new_record":
-                live = exp.and_(live, exp.Not(this=exp.func("coalesce", q.col("is_deleted", TARGET), exp.false())))
-                deleted = exp.select(*(q.col(c, TARGET) for c in columns)).from_(
-                    q.aliased(self.target(plan), TARGET)).where(exp.and_(live, gone))
+                live = exp.and_(live, exp.Not(this=exp.func("coalesce", q.col("is_deleted", TARGET), exp.false())),
+                                copy=False)
+                deleted = exp.select(*(q.col(c, TARGET) for c in columns), copy=False).from_(
+                    q.aliased(self.target(plan), TARGET), copy=False).where(exp.and_(live.copy(), gone.copy()),
+                                                                            copy=False)
                 shapes.append(Shape("stage", exp.Create(
                     this=q.table(None, DELETED), kind="TABLE", replace=True,
                     properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=deleted),
@@ -523,27 +535,28 @@ class Compiler:
                     exp.EQ(this=q.col("valid_to"), expression=q.param("run_timestamp")),
                     exp.EQ(this=q.col("is_current"), expression=exp.false()),
                 ],
-                where=exp.Where(this=exp.and_(live.copy(), gone.copy())),
+                where=exp.Where(this=exp.and_(live, gone, copy=False)),
             ), "close versions whose key left the source (hard delete)"))
             if s.hard_deletes == "new_record":
                 tomb = exp.select(
                     *(q.col(c) for c in columns),
-                    exp.alias_(q.param("run_timestamp"), "valid_from", quoted=True),
-                    exp.alias_(exp.Null(), "valid_to", quoted=True),
-                    exp.alias_(exp.true(), "is_current", quoted=True),
-                    exp.alias_(exp.true(), "is_deleted", quoted=True),
-                ).from_(q.table(None, DELETED))
+                    exp.alias_(q.param("run_timestamp"), "valid_from", quoted=True, copy=False),
+                    exp.alias_(exp.Null(), "valid_to", quoted=True, copy=False),
+                    exp.alias_(exp.true(), "is_current", quoted=True, copy=False),
+                    exp.alias_(exp.true(), "is_deleted", quoted=True, copy=False),
+                    copy=False,
+                ).from_(q.table(None, DELETED), copy=False)
                 shapes.append(Shape("write", self.insert_by_name(plan, tomb), "record each hard delete as a version"))
         opened = [
             *(q.col(c) for c in columns),
-            exp.alias_(q.col(VALID_FROM), "valid_from", quoted=True),
-            exp.alias_(exp.Null(), "valid_to", quoted=True),
-            exp.alias_(exp.true(), "is_current", quoted=True),
+            exp.alias_(q.col(VALID_FROM), "valid_from", quoted=True, copy=False),
+            exp.alias_(exp.Null(), "valid_to", quoted=True, copy=False),
+            exp.alias_(exp.true(), "is_current", quoted=True, copy=False),
         ]
         if s.hard_deletes == "new_record":
-            opened.append(exp.alias_(exp.false(), "is_deleted", quoted=True))
-        shapes.append(Shape("write", self.insert_by_name(plan, exp.select(*opened).from_(q.table(None, CHANGES))),
-                            "open the new versions"))
+            opened.append(exp.alias_(exp.false(), "is_deleted", quoted=True, copy=False))
+        opening = exp.select(*opened, copy=False).from_(q.table(None, CHANGES), copy=False)
+        shapes.append(Shape("write", self.insert_by_name(plan, opening), "open the new versions"))
         shapes.append(self.drop(CHANGES))
         if s.hard_deletes == "new_record":
             shapes.append(self.drop(DELETED))

@@ -34,7 +34,7 @@ from lakewrap import __version__
 from lakewrap.errors import PlanError
 from lakewrap.execute import statements
 from lakewrap.plan import Plan, Substrate, make_plan
-from lakewrap.project import Project, discover
+from lakewrap.project import Project, model_files
 from lakewrap.spec import ModelSpec, TimePartitioning
 
 if TYPE_CHECKING:
@@ -95,6 +95,8 @@ class _Entry:
 
     ``line`` is the entry exactly as read from the cache file, written back verbatim while the
     entry is unchanged, so saving after a one-file edit does not re-encode the other models.
+    ``plans_json`` is the templates' JSON text, as read or as a worker encoded it; None once
+    :meth:`add` changed them.
     """
 
     sha: str
@@ -116,13 +118,18 @@ class _Entry:
 
     def add(self, key: str, template: Template) -> None:
         self.plans[key] = template
+        self.plans_json = None
         self.line = None
 
     def encode(self, rel: str) -> str:
         if self.line is None:
-            plans = json.dumps(self.plans, separators=(",", ":")) if self._plans is not None else self.plans_json
-            self.line = "\t".join((json.dumps(rel), self.sha, self.spec_json or "null", plans or "{}"))
+            plans = self.plans_json if self.plans_json is not None else _json_text(self.plans)
+            self.line = "\t".join((json.dumps(rel), self.sha, self.spec_json or "null", plans))
         return self.line
+
+
+def _json_text(templates: dict[str, Template]) -> str:
+    return json.dumps(templates, separators=(",", ":"))
 
 
 @dataclass
@@ -281,13 +288,18 @@ class _Precompile:
 
 @dataclass
 class _Parsed:
-    """One model parsed (and maybe compiled): as objects in this process, as JSON through a pipe."""
+    """One model parsed (and maybe compiled): as objects in this process, as JSON through a pipe.
+
+    From a worker, ``templates`` come with ``templates_json``, their text in the cache, encoded there
+    rather than in this process.
+    """
 
     spec: ModelSpec | None = None
     plan: Plan | None = None
     compiled: CompiledPlan | None = None
     spec_json: str | None = None
     templates: dict[str, Template] = field(default_factory=dict)
+    templates_json: str | None = None
 
     def spec_object(self) -> ModelSpec:
         return self.spec if self.spec is not None else ModelSpec.model_validate_json(self.spec_json or "")
@@ -307,12 +319,12 @@ def _plan_key(plan: Plan) -> str:
     return key
 
 
-def _parse_one(path: Path, root: Path, text: str | None, pre: _Precompile | None) -> _Parsed | None:
+def _parse_one(path: Path, root: Path, text: str | None, rel: str, pre: _Precompile | None) -> _Parsed | None:
     """Parse one model (a worker's unit of work); None when it fails, to be redone for its error."""
     from lakewrap.parse import parse_model
 
     try:
-        parsed = _Parsed(parse_model(path, root, text=text))
+        parsed = _Parsed(parse_model(path, root, text=text, rel=rel))
     except Exception:
         return None
     if pre is not None and parsed.spec is not None:
@@ -331,6 +343,7 @@ def _to_wire(parsed: _Parsed | None) -> _Parsed | None:
     wire = _Parsed(spec_json=parsed.spec.model_dump_json())
     if parsed.plan is not None and parsed.compiled is not None:
         wire.templates[_plan_key(parsed.plan)] = _template(parsed.compiled)
+    wire.templates_json = _json_text(wire.templates)
     return wire
 
 
@@ -345,13 +358,14 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
 
     root = root.resolve()
     cache = cache if cache is not None else _Cache.memory()
-    paths = discover(root)
+    files = model_files(root)
+    paths = [path for path, _ in files]
     prefix = str(root) + os.sep
     old = cache.entries
     fresh: dict[str, _Entry] = {}
     rels: list[str] = []
     hits: dict[int, ModelSpec] = {}
-    misses: list[tuple[int, Path, str | None]] = []
+    misses: list[tuple[int, Path, str | None]] = []  # (index, path, text)
     for i, path in enumerate(paths):
         raw = path.read_bytes()
         text_path = str(path)
@@ -376,7 +390,7 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
         misses.append((i, path, text))
 
     n_jobs = _jobs(jobs) if len(misses) >= 2 * MIN_PER_JOB else 1
-    parsed = _fan_out(misses, lambda m: _parse_one(m[1], root, m[2], precompile), n_jobs, _to_wire)
+    parsed = _fan_out(misses, lambda m: _parse_one(m[1], root, m[2], files[m[0]][1], precompile), n_jobs, _to_wire)
     done: dict[int, _Parsed | None] = {m[0]: p for m, p in zip(misses, parsed, strict=True)}
 
     project = Project(root)
@@ -388,9 +402,10 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
             if got is None:  # failed in a worker (or the worker died): parse here, for its error
                 from lakewrap.parse import parse_model
 
-                got = _Parsed(parse_model(path, root, text=_text_of(path)))
+                got = _Parsed(parse_model(path, root, text=_text_of(path), rel=files[i][1]))
             spec = got.spec_object()
-            entry.plans.update(got.templates)
+            entry.plans.update(got.templates)  # a fresh entry: these are all its templates
+            entry.plans_json = got.templates_json
             if got.plan is not None and got.compiled is not None:
                 key = _plan_key(got.plan)
                 cache.ready[(got.plan.model.path, key)] = (got.plan, got.compiled)

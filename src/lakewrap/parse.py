@@ -20,10 +20,10 @@ from lakewrap.errors import AnnotationError, LakewrapError, Location, ModelError
 from lakewrap.spec import ModelSpec, TableRef
 from lakewrap.sqltext import (
     Statement,
-    has_positional_parameter,
     node_location,
     offset_location,
     parameter_location,
+    parameter_uses,
     parameters,
     parse_body,
     positional_parameter_location,
@@ -57,7 +57,8 @@ def split_header(text: str) -> tuple[list[tuple[int, str]], int]:
     return header, i + 1
 
 
-def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Registry | None = None) -> ModelSpec:
+def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Registry | None = None,
+                rel: str | None = None) -> ModelSpec:
     """Parse one model file.
 
     Args:
@@ -65,6 +66,8 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
         root: The project root; the model's identity is its path relative to it.
         text: The file's content, when already read.
         registry: Keywords to accept (default: core plus installed plugins).
+        rel: The file's resolved path relative to the resolved root, when the caller has it
+            (:func:`lakewrap.project.model_files`); computed otherwise.
 
     Raises:
         ModelError: with file, line, column and a hint, for anything wrong in the file.
@@ -75,10 +78,11 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
         'merge'
     """
     reg = registry or default_registry()
-    try:
-        rel = path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        rel = path.as_posix()
+    if rel is None:
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            rel = path.as_posix()
     if text is None:
         text = _read_text(path, rel)
     if "\x00" in text:
@@ -328,10 +332,11 @@ def output_columns(
 
 def table_refs(tree: exp.Expr) -> tuple[TableRef, ...]:
     """Tables a statement reads or writes, minus CTE names and table functions."""
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    nodes = list(tree.find_all(exp.CTE, exp.Table))  # one walk
+    ctes = {c.alias_or_name.lower() for c in nodes if isinstance(c, exp.CTE)}
     refs: dict[str, TableRef] = {}
-    for table in tree.find_all(exp.Table):
-        if not isinstance(table.this, exp.Identifier) or not table.name:
+    for table in nodes:
+        if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) or not table.name:
             continue
         if not table.db and table.name.lower() in ctes:
             continue
@@ -400,13 +405,14 @@ def _check_parameters(statements: tuple[Statement, ...], fields: dict[str, objec
             )
     used: set[str] = set()
     for st in statements:
-        if has_positional_parameter(st.tree):
+        names, positional = parameter_uses(st.tree)
+        if positional:
             raise SqlError(
                 "positional parameters (`?`, `$1`) are not supported",
                 location=positional_parameter_location(body, rel),
                 hint="use the named parameters $partition_start, $partition_end or $partition_value",
             )
-        used |= parameters(st.tree)
+        used |= names
     unknown = sorted(used - set(PARTITION_PARAMETERS))
     if unknown:
         name = unknown[0]

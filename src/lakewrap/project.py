@@ -17,30 +17,46 @@ from lakewrap.errors import Location, ProjectError, SelectionError, suggest
 from lakewrap.spec import ModelSpec
 
 
-def _inside(path: Path, real_root: str) -> bool:
-    real = os.path.realpath(path)
-    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
-
-
 def discover(root: Path) -> list[Path]:
     """Every ``models/**/*.sql`` file, sorted; refuses files that resolve outside the project."""
+    return [path for path, _ in model_files(root)]
+
+
+def model_files(root: Path) -> list[tuple[Path, str]]:
+    """:func:`discover`, each file with its resolved path relative to the resolved root.
+
+    The relative path is what :func:`lakewrap.parse.parse_model` names the model. Resolving costs a
+    ``stat`` per path component; a folder is resolved once and a file that is not a symlink is its
+    resolved folder plus its name.
+    """
     models = root / "models"
     if not models.is_dir():
         raise ProjectError(
             f"no models/ folder in the project `{root.name or root}`",
             hint="run from the project folder or pass --project DIR; models live in models/<schema>/<name>.sql",
         )
-    found: list[Path] = []
+    found: list[tuple[Path, str]] = []
     real_root = os.path.realpath(root)
+    prefix = real_root.rstrip(os.sep) + os.sep
+    real_dirs: dict[str, str] = {}
     for path in sorted(models.rglob("*.sql")):
-        if not _inside(path, real_root):
+        text = str(path)
+        folder, name = os.path.split(text)
+        if os.path.islink(text):
+            real = os.path.realpath(text)
+        else:
+            real_dir = real_dirs.get(folder)
+            if real_dir is None:
+                real_dir = real_dirs[folder] = os.path.realpath(folder)
+            real = os.path.join(real_dir, name)
+        if real != real_root and not real.startswith(prefix):
             rel = path.relative_to(root).as_posix()
             raise ProjectError(
                 f"{rel} resolves outside the project (a symlink?)",
                 location=Location(rel),
                 hint="keep model files inside the project folder",
             )
-        found.append(path)
+        found.append((path, real[len(prefix):].replace(os.sep, "/") if real != real_root else "."))
     return found
 
 

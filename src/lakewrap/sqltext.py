@@ -21,12 +21,17 @@ DIALECT = "duckdb"
 
 @dataclass(frozen=True)
 class Statement:
-    """One statement of a model body: its AST, the original text and its first line."""
+    """One statement of a model body: its AST, the original text and its first line.
+
+    The tree's token positions (node ``meta`` ``start``/``end``) count from ``meta_origin`` in the
+    body: 0 when it was parsed from the whole body's tokens, ``start`` when from ``text`` alone.
+    """
 
     tree: exp.Expr
     text: str
     line: int
     start: int = 0  # character offset of ``text`` in the parsed body
+    meta_origin: int = 0
 
 
 _CACHE: dict[str, tuple[Statement, ...]] = {}
@@ -54,7 +59,7 @@ def node_location(node: exp.Expr, statement: Statement, sql: str, path: str) -> 
     starts = [n.meta["start"] for n in node.walk() if isinstance(n.meta.get("start"), int)]
     if not starts:
         return Location(path, statement.line, None, _line_text(sql, statement.line) or None)
-    offset = statement.start + min(starts)
+    offset = statement.meta_origin + min(starts)
     while offset > statement.start and not sql[offset - 1].isspace() and sql[offset - 1] not in ",;":
         offset -= 1
     return offset_location(sql, offset, path)
@@ -120,21 +125,6 @@ _DIALECT_OBJ = sqlglot.Dialect.get_or_raise(DIALECT)
 _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
 
 
-def _shift_meta(trees: list[exp.Expr | None], start: int) -> None:
-    """Token offsets are in the whole body; make node offsets relative to the statement's text."""
-    if not start:
-        return
-    for tree in trees:
-        if tree is None:
-            continue
-        for node in tree.walk():
-            meta = node._meta
-            if meta:
-                for k in ("start", "end"):
-                    if isinstance(meta.get(k), int):
-                        meta[k] -= start
-
-
 def _inside_text(chunk: list[Token], sql: str, start: int, end: int) -> list[Token]:
     """The chunk's tokens without the comments the tokenizer attached from outside ``sql[start:end]``."""
     first, last = chunk[0], chunk[-1]
@@ -173,23 +163,25 @@ def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
         tokens = tokenizer.tokenize(sql)
     except TokenError as exc:
         raise _token_error(sql, path, exc, list(tokenizer.tokens)) from None
-    chunks = _split(tokens)
+    chunks = _split(tokens, sql)
     out: list[Statement] = []
     for chunk in chunks:
         start, end = chunk[0].start, chunk[-1].end + 1
         text = sql[start:end]
         try:
+            # Positions stay those of the body's tokens (see Statement.meta_origin).
             trees = _DIALECT_OBJ.parser().parse(_inside_text(chunk, sql, start, end), text)
-            _shift_meta(trees, start)
+            origin = 0
         except ParseError:
             try:
                 trees = sqlglot.parse(text, read=DIALECT)
+                origin = start
             except ParseError as exc:
                 raise _parse_error(sql, path, exc, start) from None
         found = [t for t in trees if t is not None]
         if not found:
             continue
-        out.append(Statement(found[0], text, chunk[0].line, start))
+        out.append(Statement(found[0], text, chunk[0].line, start, origin))
     result = tuple(out)
     _CACHE[sql] = result
     return result
@@ -218,7 +210,9 @@ def _parse_error(sql: str, path: str, exc: ParseError, start: int) -> SqlError:
     )
 
 
-def _split(tokens: list[Token]) -> list[list[Token]]:
+def _split(tokens: list[Token], sql: str) -> list[list[Token]]:
+    if ";" not in sql:  # one statement (the usual model): no token to look for
+        return [tokens] if tokens else []
     chunks: list[list[Token]] = []
     current: list[Token] = []
     for tok in tokens:
@@ -253,12 +247,16 @@ def parameters(tree: exp.Expr) -> set[str]:
     return {p.name for p in tree.find_all(exp.Placeholder) if _NAMED.match(p.name or "")}
 
 
-def has_positional_parameter(tree: exp.Expr) -> bool:
-    """Whether the AST uses ``?`` or ``$1`` style parameters."""
-    for p in tree.find_all(exp.Placeholder):
-        if not _NAMED.match(p.name or ""):
-            return True
-    return any(True for _ in tree.find_all(exp.Parameter))
+def parameter_uses(tree: exp.Expr) -> tuple[set[str], bool]:
+    """In one walk: :func:`parameters` and whether the AST also uses ``?`` or ``$1`` style ones."""
+    names: set[str] = set()
+    positional = False
+    for p in tree.find_all(exp.Placeholder, exp.Parameter):
+        if isinstance(p, exp.Placeholder) and _NAMED.match(p.name or ""):
+            names.add(p.name)
+        else:
+            positional = True
+    return names, positional
 
 
 def positional_parameter_location(sql: str, path: str) -> Location:

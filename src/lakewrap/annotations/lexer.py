@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from lakewrap.errors import AnnotationError, Location
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_WORD_STOP = re.compile(r"[ \t\"']")  # the end of a word, or a quote inside it
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,13 @@ def _read_quoted(text: str, i: int, path: str, line: int) -> tuple[str, int]:
     quote = text[i]
     out: list[str] = []
     j = i + 1
-    while j < len(text):
-        ch = text[j]
-        if ch == quote:
-            if j + 1 < len(text) and text[j + 1] == quote:
-                out.append(quote)
-                j += 2
-                continue
-            return "".join(out), j + 1
-        out.append(ch)
-        j += 1
+    while (k := text.find(quote, j)) >= 0:
+        out.append(text[j:k])
+        if text.startswith(quote, k + 1):  # a doubled quote stands for itself
+            out.append(quote)
+            j = k + 2
+            continue
+        return "".join(out), k + 1
     raise AnnotationError(
         "unterminated quoted value",
         location=Location(path, line, i + 1, text),
@@ -101,11 +99,9 @@ def lex_line(text: str, path: str, line: int) -> Annotation | None:
             key = m.group()[:-1]
             i = m.end()
         j = i
-        while j < n and text[j] not in " \t":
-            if text[j] in "\"'":
-                _, j = _read_quoted(text, j, path, line)
-            else:
-                j += 1
+        while (stop := _WORD_STOP.search(text, j)) is not None and text[stop.start()] not in " \t":
+            _, j = _read_quoted(text, stop.start(), path, line)  # a quote: the word goes on after it
+        j = n if stop is None else stop.start()
         word = text[i:j]
         quoted = False
         if word[:1] in ("\"", "'"):
