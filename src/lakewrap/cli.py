@@ -129,7 +129,8 @@ def _emit_run(report: Any, fmt: str) -> None:
         for col in ("model", "partition", "status", "inserted", "updated", "deleted", "snapshot", "seconds"):
             table.add_column(col, justify="right" if col in ("inserted", "updated", "deleted", "seconds") else "left")
         for r in report.results:
-            style = {"success": "green", "unchanged": "cyan", "failed": "red", "skipped": "yellow"}[r.status]
+            style = {"success": "green", "unchanged": "cyan", "failed": "red", "skipped": "yellow",
+                     "cancelled": "magenta"}[r.status]
             table.add_row(r.target, r.partition or "-", f"[{style}]{r.status}[/]", str(r.rows_inserted),
                           str(r.rows_updated), str(r.rows_deleted),
                           str(r.snapshot_id) if r.snapshot_id is not None else "-", f"{r.seconds:.2f}")
@@ -145,6 +146,16 @@ def _emit_run(report: Any, fmt: str) -> None:
         sys.exit(1)
 
 
+def parallel_options(fn: F) -> F:
+    """--workers, --executor, --scheduler: where the steps of run / backfill / resume execute."""
+    fn = click.option("--scheduler", "scheduler", help="Dask scheduler address (with --executor dask; "
+                      "default: a LocalCluster).")(fn)
+    fn = click.option("--executor", type=click.Choice(["auto", "thread", "process", "dask"]), default="auto",
+                      show_default=True, help="Where steps run (auto: threads; processes on a SQLite catalog).")(fn)
+    fn = click.option("--workers", type=click.IntRange(min=1), help="Steps in parallel (default: one per core).")(fn)
+    return fn
+
+
 @main.command("run")
 @click.argument("selectors", nargs=-1)
 @click.option("--exclude", multiple=True, help="Selectors to leave out.")
@@ -153,18 +164,81 @@ def _emit_run(report: Any, fmt: str) -> None:
 @click.option("--end", help="Last partition of a range (inclusive).")
 @click.option("--full-refresh", is_flag=True, help="Drop and rebuild the selected targets.")
 @click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
+@click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@parallel_options
 @project_option
 @handled
 def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
-            end: str | None, full_refresh: bool, strict: bool, now: str | None, fmt: str, project: Path) -> None:
+            end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, now: str | None, fmt: str,
+            workers: int | None, executor: str, scheduler: str | None, project: Path) -> None:
     """Materialize the selected models in dependency order, one transaction per partition."""
     from lakewrap.runner import run_project
 
     report = run_project(project, selectors, exclude=exclude, partition=partition, start=start, end=end,
-                         full_refresh=full_refresh, strict=strict, now=logical_time(now))
+                         full_refresh=full_refresh, strict=strict, now=logical_time(now), workers=workers,
+                         executor=executor, scheduler=scheduler, fail_fast=fail_fast)
     _emit_run(report, fmt)
+
+
+@main.command("backfill")
+@click.argument("selectors", nargs=-1)
+@click.option("--start", required=True, help="First partition (inclusive).")
+@click.option("--end", required=True, help="Last partition (inclusive).")
+@click.option("--exclude", multiple=True, help="Selectors to leave out.")
+@click.option("--missing-only", is_flag=True, help="Skip partitions already materialized with the same SQL.")
+@click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
+@click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
+@click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@parallel_options
+@project_option
+@handled
+def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tuple[str, ...], missing_only: bool,
+                 fail_fast: bool, strict: bool, now: str | None, fmt: str, workers: int | None, executor: str,
+                 scheduler: str | None, project: Path) -> None:
+    """Materialize every partition from --start to --end, in dependency order per partition."""
+    from lakewrap.progress import for_terminal, summary
+    from lakewrap.runner import run_project
+
+    report = run_project(project, selectors, exclude=exclude, start=start, end=end, strict=strict,
+                         now=logical_time(now), workers=workers, executor=executor, scheduler=scheduler,
+                         fail_fast=fail_fast, missing_only=missing_only, command="backfill",
+                         progress=for_terminal(fmt))
+    _emit_summary(report, fmt, summary(report))
+
+
+@main.command("resume")
+@click.argument("run_id")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@parallel_options
+@project_option
+@handled
+def resume_cmd(run_id: str, fmt: str, workers: int | None, executor: str, scheduler: str | None,
+               project: Path) -> None:
+    """Re-run a failed, cancelled or killed run, skipping what it committed (read from the lake)."""
+    from lakewrap.progress import for_terminal, summary
+    from lakewrap.scheduler import resume
+
+    report = resume(project, run_id, workers=workers, executor=executor, scheduler=scheduler,
+                    progress=for_terminal(fmt))
+    _emit_summary(report, fmt, summary(report))
+
+
+def _emit_summary(report: Any, fmt: str, line: str) -> None:
+    if fmt == "json":
+        _emit_run(report, fmt)
+        return
+    from rich.markup import escape
+
+    console = _console()
+    for r in report.results:
+        if r.status == "failed" and r.error:
+            console.print(f"[red]failed:[/] {r.target} {r.partition or ''}: {escape(r.error.splitlines()[0])}")
+    console.print(escape(line))
+    if not report.ok:
+        sys.exit(1)
 
 
 @main.command("seed")

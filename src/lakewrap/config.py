@@ -101,10 +101,18 @@ class LakeConfig(Frozen):
         return str(root / self.data_path).rstrip("/") + "/"
 
 
+class RunConfig(Frozen):
+    """The ``[run]`` table: defaults of ``lakewrap run`` / ``backfill``."""
+
+    retries: int = Field(default=19, ge=0)  # per model, retryable errors only; ``-- retry N`` overrides
+    workers: int | None = Field(default=None, ge=1)  # default: one per core
+
+
 class ProjectConfig(Frozen):
     """The whole ``lakewrap.toml``."""
 
     lake: LakeConfig = LakeConfig()
+    run: RunConfig = RunConfig()
 
 
 def _find_line(text: str, key: str) -> int | None:

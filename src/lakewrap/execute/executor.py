@@ -32,7 +32,7 @@ from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable
 
-Status = Literal["success", "unchanged", "failed", "skipped"]
+Status = Literal["success", "unchanged", "failed", "skipped", "cancelled"]
 
 __all__ = ["RETRYABLE", "Executor", "Result", "RetryPolicy", "StrictRefusal", "is_retryable"]
 
@@ -56,6 +56,8 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     error_class: str | None = None
+    # each failed attempt: {"attempt", "error_class", "error", "seconds"} (the run log's attempts)
+    attempt_errors: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -92,11 +94,17 @@ class Executor:
         try:
             for attempt in range(1, self.policy.attempts + 1):
                 result.attempts = attempt
+                tried = time.perf_counter()
                 try:
                     self._attempt(con, compiled, result, log, attempt, drop_first)
                     break
                 except Exception as exc:
                     self._rollback(con, log)
+                    result.attempt_errors.append({
+                        "attempt": attempt, "seconds": round(time.perf_counter() - tried, 6),
+                        "error_class": "RetryableError" if is_retryable(exc) else type(exc).__name__,
+                        "error": self.lake.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else ""),
+                    })
                     # rolled back: nothing was written, and a retry counts (and warns) afresh
                     result.rows_inserted = result.rows_updated = result.rows_deleted = 0
                     result.warnings.clear()
