@@ -12,7 +12,7 @@ inside a materialization's transaction:
   DuckDB attachment of it in the same process wedges (DuckLake 1.5.5), and two SQLite libraries
   in one process (DuckDB's and Python's) do not see each other's locks on one file.
 
-Rows are buffered and flushed at most every ``interval`` seconds, at once after a failure, and at
+Rows are buffered and flushed at most every ``interval`` (5) seconds, at once after a failure, and at
 the end of the run; ``target/run_results.json`` is rewritten at the same moments. A process killed
 with ``kill -9`` loses at most the last interval of log rows; what it committed to the lake is in
 ``lakewrap.materializations`` (the state of record), which ``lakewrap resume`` reads.
@@ -85,7 +85,10 @@ class _DuckDBBackend(_Backend):
         self.con = con
         self.catalog = rsql.metadata_catalog(alias)
         for stmt in rsql.ddl("duckdb", self.catalog):
-            retrying(lambda stmt=stmt: con.execute(stmt), CONNECT_RETRY)
+            self._ddl(stmt)
+
+    def _ddl(self, stmt: str) -> None:
+        retrying(lambda: self.con.execute(stmt), CONNECT_RETRY)  # another run may be creating them too
 
     def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
         def once() -> None:
@@ -166,7 +169,7 @@ class RunLog:
     run: dict[str, Any]
     redact: Callable[[str], str]
     on_flush: Callable[[], None] = lambda: None
-    interval: float = 1.0
+    interval: float = 5.0
     pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     run_dirty: bool = False
     last_flush: float = 0.0

@@ -332,11 +332,11 @@ class DaskRunner(StepRunner):
             raise ConfigError("the dask executor needs the `distributed` package",
                               hint="pip install 'lakewrap[dask]'") from None
         if self.address:
-            self.client = Client(self.address)
+            self.client = Client(self.address)  # type: ignore[no-untyped-call]
         else:
-            self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None)
-            self.client = Client(self.cluster)
+            self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
+                                        processes=True, dashboard_address=None)
+            self.client = Client(self.cluster)  # type: ignore[no-untyped-call]
 
     def submit(self, task: Task, done: Done) -> None:
         key = f"lakewrap-{task.run_id}-{task.target}-{task.partition}"
@@ -366,13 +366,18 @@ class DaskRunner(StepRunner):
 
 def make_runner(kind: str | Callable[[Task], Result] | StepRunner, workers: int, catalog: str,
                 scheduler: str | None = None) -> StepRunner:
-    """The step runner for ``--executor`` (``auto``: threads, or processes on a SQLite catalog)."""
+    """The step runner for ``--executor`` (``auto`` is ``thread``).
+
+    On a SQLite catalog ``auto`` stays one process (one step at a time): parallel writer processes
+    work there, but SQLite serializes every commit and answers overlapping ones with "database is
+    locked", so they mostly wait and retry (see docs/running.md).
+    """
     if isinstance(kind, StepRunner):
         return kind
     if callable(kind):
         return CallableRunner(kind, workers)
     if kind == "auto":
-        kind = "process" if catalog == "sqlite" and workers > 1 else "thread"
+        kind = "thread"
     match kind:
         case "thread":
             return ThreadRunner(workers)
