@@ -179,6 +179,8 @@ class Scheduler:
         self.order: dict[str, list[int]] = {}
         for s in steps:
             self.order.setdefault(s.task.target, []).append(s.index)
+        self.cursor = dict.fromkeys(self.order, 0)  # per target: its first step that may be pending
+        self.busy: set[str] = set()  # targets with a step in flight
 
     def cancel(self) -> None:
         """Stop scheduling and interrupt in-flight steps (safe from a signal handler)."""
@@ -204,14 +206,20 @@ class Scheduler:
     def _ready(self, inflight: int) -> list[Step]:
         """Resolve skips, then the steps to start now (one per target, deps all committed)."""
         out: list[Step] = []
-        busy = {s.task.target for s in self.steps if s.status == "running"}
+        busy = set(self.busy)
         changed = True
         while changed:
             changed = False
             for target, idxs in self.order.items():
-                head = next((self.steps[i] for i in idxs if self.steps[i].status == "pending"), None)
-                if head is None or target in busy or head in out:
+                if target in busy:
                     continue
+                ptr = self.cursor[target]
+                while ptr < len(idxs) and self.steps[idxs[ptr]].status != "pending":
+                    ptr += 1  # a step never becomes pending again
+                self.cursor[target] = ptr
+                if ptr == len(idxs):
+                    continue
+                head = self.steps[idxs[ptr]]
                 blocker = self._blocked_by(head)
                 if blocker is not None:
                     t = blocker.task
@@ -233,6 +241,7 @@ class Scheduler:
             if not (self.cancelled.is_set() or self.stopping):
                 for step in self._ready(inflight):
                     step.status = "running"
+                    self.busy.add(step.task.target)
                     inflight += 1
                     self.runner.submit(step.task, lambda t, r: self.done.put((t, r)))
             if inflight == 0:  # nothing running and nothing can start: done (or stopped)
@@ -244,9 +253,10 @@ class Scheduler:
                     self.log.flush()
                 continue
             inflight -= 1
+            self.busy.discard(task.target)
             step = self.steps[self.index[(task.target, task.partition)]]
             if self.cancelled.is_set() and result.status == "failed" and result.error_class in (
-                    "RunCancelled", "InterruptException"):
+                    "RunCancelled", "InterruptException", "CancelledError"):
                 result.status = "cancelled"
             self._finish(step, result)
             if result.status == "failed" and self.fail_fast:
