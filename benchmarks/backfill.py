@@ -157,7 +157,8 @@ def part_b(work: Path, dbt: bool) -> dict[str, Any]:
         exe = dbt_venv(work)
         proj = work / "dbt50"
         (proj / "models").mkdir(parents=True, exist_ok=True)
-        (proj / "dbt_project.yml").write_text("name: b50\nversion: '1'\nprofile: b50\nmodel-paths: [models]\n")
+        (proj / "dbt_project.yml").write_text("name: b50\nversion: '1.0.0'\nconfig-version: 2\nprofile: b50\n"
+                                             "model-paths: [models]\n")
         (proj / "profiles.yml").write_text(f"b50:\n  target: dev\n  outputs:\n    dev:\n      type: duckdb\n"
                                            f"      path: {proj / 'b50.duckdb'}\n      threads: 2\n")
         for level in range(10):

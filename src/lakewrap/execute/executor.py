@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -189,9 +190,10 @@ class Executor:
             "sql_sha256": compiled.sql_sha256,
             "statements": json.dumps([s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements]),
         })
+        commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (see last_committed_snapshot)
         extra = {"run_id": self.run_id, "model": compiled.path, "target": compiled.target,
                  "partition": result.partition, "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
-                 "pins": pins, "lakewrap_version": __version__}
+                 "pins": pins, "lakewrap_version": __version__, "commit_id": commit_id}
         message = f"lakewrap {compiled.strategy} {compiled.target}" + (
             f" partition {result.partition}" if result.partition else "")
         log.run(con, sql.set_commit_message(self.lake.alias),
@@ -201,7 +203,8 @@ class Executor:
         # retry would apply the write twice, e.g. an append).
         result.status = "success"
         try:
-            result.snapshot_id = int(log.run(con, sql.last_committed_snapshot(self.lake.alias)).fetchone()[0])
+            result.snapshot_id = int(log.run(con, sql.last_committed_snapshot(self.lake.alias),
+                                             {"commit_id": commit_id}).fetchone()[0])
         except Exception as exc:
             result.warnings.append(f"committed, but its snapshot id could not be read: {str(exc).strip()}")
 
