@@ -582,3 +582,14 @@ def test_scheduling_thousands_of_steps_stays_fast(tmp_path: Path) -> None:
             up = f"main.m{int(t[-1]) - 1}"
             assert when[(up, p)] <= s
     assert wall < 120
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    ("[run]\nretries = -1\n", "lakewrap.toml:2: lakewrap.toml: run.retries: Input should be greater than or equal to 0"),
+    ("[run]\nworkerz = 2\n", "lakewrap.toml:2: lakewrap.toml: unknown key `run.workerz`"),
+])
+def test_a_bad_run_section_is_a_located_error_and_writes_nothing(tmp_path: Path, toml: str, message: str) -> None:
+    root = write_models(tmp_path / "project", {"main/good.sql": FAILING["main/good.sql"]}, toml=toml)
+    code, _, err = cli("run", "--project", str(root))
+    assert code == 1 and message in " ".join(err.split())
+    assert sorted(p.name for p in root.iterdir()) == ["lakewrap.toml", "models"]

@@ -168,5 +168,5 @@ def load_config(root: Path) -> ProjectConfig:
         raise ConfigError(
             f"lakewrap.toml: {'.'.join(loc)}: {msg}" if err["type"] != "extra_forbidden" else f"lakewrap.toml: {msg}",
             location=Location(CONFIG_FILE, _find_line(text, key) if key else None),
-            hint="see docs/configuration.md for the keys of [lake]",
+            hint="see docs/configuration.md for the keys of [lake] and [run]",
         ) from None
