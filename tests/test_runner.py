@@ -488,6 +488,8 @@ def test_a_signal_interrupts_rolls_back_and_the_run_resumes(tmp_path: Path, sig:
     assert query(root, "SELECT status, resumable FROM lakewrap_runs WHERE run_id = $r",
                  {"r": run_id}) == [("cancelled", True)]
     assert query(root, "SELECT target FROM lakewrap.materializations WHERE target = 'main.slow'") == []
+    assert query(root, "SELECT outcome, error_class FROM lakewrap_attempts WHERE target = 'main.slow'") == [
+        ("cancelled", "InterruptException")]
 
     (root / "models" / "main" / "slow.sql").write_text(SLOW_TABLE.replace("2000000000000", "1000"))
     report = resume(root, run_id, workers=2)
@@ -585,7 +587,8 @@ def test_scheduling_thousands_of_steps_stays_fast(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("toml", "message"), [
-    ("[run]\nretries = -1\n", "lakewrap.toml:2: lakewrap.toml: run.retries: Input should be greater than or equal to 0"),
+    ("[run]\nretries = -1\n",
+     "lakewrap.toml:2: lakewrap.toml: run.retries: Input should be greater than or equal to 0"),
     ("[run]\nworkerz = 2\n", "lakewrap.toml:2: lakewrap.toml: unknown key `run.workerz`"),
 ])
 def test_a_bad_run_section_is_a_located_error_and_writes_nothing(tmp_path: Path, toml: str, message: str) -> None:

@@ -236,7 +236,7 @@ class RunLog:
         for a in failures:
             self.pending.append((rsql.ATTEMPTS, {
                 "run_id": self.run_id, "target": r.target, "partition_value": r.partition, "attempt": a["attempt"],
-                "outcome": "retried" if a["attempt"] < r.attempts or r.status != "failed" else "failed",
+                "outcome": "retried" if a["attempt"] < r.attempts else r.status,  # failed or cancelled
                 "error_class": a["error_class"], "error": self.redact(a["error"]), "seconds": a["seconds"],
             }))
         if r.status in ("success", "unchanged") and r.attempts:
