@@ -85,7 +85,7 @@ _ARROW = {"VARCHAR": "string", "BIGINT": "int64", "DOUBLE": "float64", "BOOLEAN"
 
 
 def _arrow_schema(table: str) -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     return pa.schema([(c, pa.type_for_alias(_ARROW[t])) for c, t in rsql.TABLES[table]])
 
@@ -101,7 +101,7 @@ class _DuckDBBackend(_Backend):
         retrying(lambda: self.con.execute(stmt), CONNECT_RETRY)  # another run may be creating them too
 
     def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
-        import pyarrow as pa
+        import pyarrow as pa  # type: ignore[import-untyped]
 
         by_table: dict[str, list[dict[str, Any]]] = {}
         for table, row in rows:
