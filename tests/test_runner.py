@@ -583,7 +583,7 @@ def test_scheduling_thousands_of_steps_stays_fast(tmp_path: Path) -> None:
         if t != "main.m0":
             up = f"main.m{int(t[-1]) - 1}"
             assert when[(up, p)] <= s
-    assert wall < 120
+    assert wall < 30  # measured: 1.1 s on a loaded 2-core machine
 
 
 @pytest.mark.parametrize(("toml", "message"), [
