@@ -596,3 +596,32 @@ def test_a_bad_run_section_is_a_located_error_and_writes_nothing(tmp_path: Path,
     code, _, err = cli("run", "--project", str(root))
     assert code == 1 and message in " ".join(err.split())
     assert sorted(p.name for p in root.iterdir()) == ["lakewrap.toml", "models"]
+
+
+@pytest.mark.slow
+def test_sigterm_reaches_the_worker_processes_of_the_process_executor(tmp_path: Path) -> None:
+    """SIGTERM to `lakewrap run --executor process`: the coordinator forwards it to its worker
+    processes, which interrupt their statement (a thread waits for the signal, since a handler
+    cannot run while DuckDB holds the main thread), roll back and report the step cancelled."""
+    root = write_models(tmp_path / "project", {"main/slow.sql": SLOW_TABLE},
+                        toml='[lake]\ncatalog = "sqlite"\n')
+    proc = subprocess.Popen(lakewrap_cmd("run", "--project", str(root), "--executor", "process", "--workers", "2",
+                                         "--format", "json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        logs = list((root / "target" / "run").glob("*/main.slow.sql"))
+        if logs and "sum(hash" in logs[0].read_text().lower():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(0.5)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    print(f"\nprocess executor: exited {time.monotonic() - started:.1f}s after SIGTERM")
+    assert proc.returncode == 1, err
+    doc = json.loads(out)
+    assert doc["status"] == "cancelled"
+    assert [(r["target"], r["status"], r["error_class"]) for r in doc["results"]] == [
+        ("main.slow", "cancelled", "InterruptException")]
+    assert query(root, "SELECT status, resumable, executor FROM lakewrap_runs") == [("cancelled", True, "process")]
