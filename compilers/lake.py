@@ -181,8 +181,17 @@ def current_snapshot(alias: str) -> str:
 
 
 def last_committed_snapshot(alias: str) -> str:
-    return q.render(exp.select(exp.column("id")).from_(
-        exp.Table(this=exp.Anonymous(this="last_committed_snapshot"), db=q.ident(alias))))
+    """The snapshot a materialization's COMMIT created, found by the ``$commit_id`` of its extra_info
+    among the snapshots after the transaction's ``$pin``.
+
+    DuckLake's ``last_committed_snapshot()`` is kept per attached catalog, which all cursors of one
+    DuckDB instance share: with parallel steps on cursors it can return another step's commit.
+    """
+    extra = exp.func("json_extract_string", exp.column("commit_extra_info"), exp.Literal.string("$.commit_id"))
+    return q.render(exp.select(exp.Max(this=exp.column("snapshot_id"))).from_(
+        exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias))).where(exp.and_(
+            exp.GT(this=exp.column("snapshot_id"), expression=q.param("pin")),
+            exp.EQ(this=extra, expression=q.param("commit_id")))))
 
 
 def count_rows(schema: str | None, name: str) -> str:

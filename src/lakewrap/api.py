@@ -57,12 +57,35 @@ class Project:
 
     def run(self, selectors: Sequence[str] = (), *, partition: str | None = None, start: str | None = None,
             end: str | None = None, full_refresh: bool = False, strict: bool = False,
-            now: datetime | None = None) -> RunReport:
-        """Materialize the selected models (see ``lakewrap run``); failures are in the report."""
+            now: datetime | None = None, workers: int | None = None, executor: Any = "auto",
+            scheduler: str | None = None, fail_fast: bool = False) -> RunReport:
+        """Materialize the selected models (see ``lakewrap run``); failures are in the report.
+
+        ``executor`` is ``"auto"``, ``"thread"``, ``"process"``, ``"dask"`` (``scheduler`` = a
+        Dask scheduler address, or a LocalCluster), or any callable ``fn(task) -> Result`` run once
+        per (model, partition): see :mod:`lakewrap.workers`.
+        """
         from lakewrap.runner import run_project
 
         return run_project(self.root, selectors, partition=partition, start=start, end=end,
-                           full_refresh=full_refresh, strict=strict, now=now)
+                           full_refresh=full_refresh, strict=strict, now=now, workers=workers, executor=executor,
+                           scheduler=scheduler, fail_fast=fail_fast)
+
+    def backfill(self, selectors: Sequence[str] = (), *, start: str, end: str, missing_only: bool = False,
+                 now: datetime | None = None, workers: int | None = None, executor: Any = "auto",
+                 scheduler: str | None = None, fail_fast: bool = False) -> RunReport:
+        """Every partition from ``start`` to ``end`` (see ``lakewrap backfill``)."""
+        from lakewrap.runner import run_project
+
+        return run_project(self.root, selectors, start=start, end=end, now=now, workers=workers, executor=executor,
+                           scheduler=scheduler, fail_fast=fail_fast, missing_only=missing_only, command="backfill")
+
+    def resume(self, run_id: str, *, workers: int | None = None, executor: Any = "auto",
+               scheduler: str | None = None) -> RunReport:
+        """Re-run what run ``run_id`` has not committed (see ``lakewrap resume``)."""
+        from lakewrap.scheduler import resume
+
+        return resume(self.root, run_id, workers=workers, executor=executor, scheduler=scheduler)
 
     def seed(self) -> RunReport:
         """Load ``seeds/**/*.csv`` (see ``lakewrap seed``)."""

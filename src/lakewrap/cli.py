@@ -156,7 +156,8 @@ def _emit_run(report: Any, fmt: str) -> None:
         rows = [(r.target, r.partition or "-", r.status, str(r.rows_inserted), str(r.rows_updated),
                  str(r.rows_deleted), str(r.snapshot_id) if r.snapshot_id is not None else "-", f"{r.seconds:.2f}")
                 for r in report.results]
-        styles = [{"success": "green", "unchanged": "cyan", "failed": "red", "skipped": "yellow"}[r.status]
+        styles = [{"success": "green", "unchanged": "cyan", "failed": "red", "skipped": "yellow",
+                   "cancelled": "magenta"}[r.status]
                   for r in report.results]
         _show_table(columns, rows, title=f"run {report.run_id}", right=("inserted", "updated", "deleted", "seconds"),
                     styles=styles)
@@ -169,6 +170,16 @@ def _emit_run(report: Any, fmt: str) -> None:
         sys.exit(1)
 
 
+def parallel_options(fn: F) -> F:
+    """--workers, --executor, --scheduler: where the steps of run / backfill / resume execute."""
+    fn = click.option("--scheduler", "scheduler", help="Dask scheduler address (with --executor dask; "
+                      "default: a LocalCluster).")(fn)
+    fn = click.option("--executor", type=click.Choice(["auto", "thread", "process", "dask"]), default="auto",
+                      show_default=True, help="Where steps run (auto: threads; processes on a SQLite catalog).")(fn)
+    fn = click.option("--workers", type=click.IntRange(min=1), help="Steps in parallel (default: one per core).")(fn)
+    return fn
+
+
 @main.command("run")
 @click.argument("selectors", nargs=-1)
 @click.option("--exclude", multiple=True, help="Selectors to leave out.")
@@ -177,17 +188,21 @@ def _emit_run(report: Any, fmt: str) -> None:
 @click.option("--end", help="Last partition of a range (inclusive).")
 @click.option("--full-refresh", is_flag=True, help="Drop and rebuild the selected targets.")
 @click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
+@click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@parallel_options
 @project_option
 @handled
 def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
-            end: str | None, full_refresh: bool, strict: bool, now: str | None, fmt: str, project: Path) -> None:
+            end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, now: str | None, fmt: str,
+            workers: int | None, executor: str, scheduler: str | None, project: Path) -> None:
     """Materialize the selected models in dependency order, one transaction per partition."""
     from lakewrap.runner import run_project
 
     report = run_project(project, selectors, exclude=exclude, partition=partition, start=start, end=end,
-                         full_refresh=full_refresh, strict=strict, now=logical_time(now))
+                         full_refresh=full_refresh, strict=strict, now=logical_time(now), workers=workers,
+                         executor=executor, scheduler=scheduler, fail_fast=fail_fast)
     _emit_run(report, fmt)
 
 

@@ -207,10 +207,18 @@ class LakeConfig(Frozen):
         return str(root / self.data_path).rstrip("/") + "/"
 
 
+class RunConfig(Frozen):
+    """The ``[run]`` table: defaults of ``lakewrap run`` / ``backfill``."""
+
+    retries: int = Field(default=19, ge=0)  # per model, retryable errors only; ``-- retry N`` overrides
+    workers: int | None = Field(default=None, ge=1)  # default: one per core
+
+
 class ProjectConfig(Frozen):
     """The whole ``lakewrap.toml``."""
 
     lake: LakeConfig = LakeConfig()
+    run: RunConfig = RunConfig()
 
 
 def _find_line(text: str, key: str) -> int | None:
@@ -266,5 +274,5 @@ def load_config(root: Path) -> ProjectConfig:
         raise ConfigError(
             f"lakewrap.toml: {'.'.join(loc)}: {msg}" if err["type"] != "extra_forbidden" else f"lakewrap.toml: {msg}",
             location=Location(CONFIG_FILE, _find_line(text, key) if key else None),
-            hint="see docs/configuration.md for the keys of [lake]",
+            hint="see docs/configuration.md for the keys of [lake] and [run]",
         ) from None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap import __version__
-from lakewrap.compile import _Cache, compile_plan, load_project
+from lakewrap.compile import _Cache, compile_plan
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import LakewrapError, PlanError
 from lakewrap.execute import statements as sql
@@ -50,14 +50,25 @@ class RunReport:
     started_at: str
     results: list[Result] = field(default_factory=list)
     finished_at: str | None = None
+    status: str = "running"  # running | success | failed | cancelled (run, backfill, resume)
+    not_rerun: list[dict[str, Any]] = field(default_factory=list)  # steps the lake already held
+    run_log_errors: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return all(r.status in ("success", "unchanged") for r in self.results)
 
+    def counts(self) -> dict[str, int]:
+        out = {"success": 0, "unchanged": 0, "failed": 0, "skipped": 0, "cancelled": 0}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "lakewrap_version": __version__, "started_at": self.started_at,
-                "finished_at": self.finished_at, "ok": self.ok, "results": [r.to_dict() for r in self.results]}
+                "finished_at": self.finished_at, "ok": self.ok, "status": self.status, "counts": self.counts(),
+                "not_rerun": self.not_rerun, "run_log_errors": self.run_log_errors,
+                "results": [r.to_dict() for r in self.results]}
 
 
 def partitions_for(spec: ModelSpec, partition: str | None, start: str | None, end: str | None) -> list[str | None]:
@@ -143,8 +154,18 @@ def run_project(
     strict: bool = False,
     now: datetime | None = None,
     run_id: str | None = None,
+    workers: int | None = None,
+    executor: Any = "auto",
+    scheduler: str | None = None,
+    fail_fast: bool = False,
+    missing_only: bool = False,
+    command: str = "run",
+    progress: Any = None,
 ) -> RunReport:
-    """Materialize the selected models of the project at ``root``.
+    """Materialize the selected models of the project at ``root`` (see :mod:`lakewrap.scheduler`).
+
+    Independent models run in parallel on ``workers`` (default: one per core); ``executor`` is
+    ``auto``, ``thread``, ``process``, ``dask`` or a callable ``fn(task) -> Result``.
 
     Example:
         >>> report = run_project(Path("examples/shop"), ["orders+"], partition="2024-01-02")  # doctest: +SKIP
@@ -156,39 +177,13 @@ def run_project(
 
         return run_iceberg_project(root, selectors, exclude=exclude, partition=partition, start=start, end=end,
                                    full_refresh=full_refresh, strict=strict, now=now, run_id=run_id)
-    now = now or datetime.now(timezone.utc)
-    run_id = run_id or new_run_id(now)
-    cache = _Cache.open(root, True)
-    project = load_project(root, cache)
-    selected = project.select(selectors, exclude)
-    partitions = plan_partitions(selected, partition, start, end)
-    lake = Lake.open(root)
-    report = RunReport(run_id=run_id, started_at=now.isoformat())
-    folder = root / "target" / "run" / run_id
-    con = lake.connect()
-    try:
-        executor = Executor(lake, run_id, folder, strict=strict)
-        failed: set[str] = set()
-        for spec, values in zip(selected, partitions, strict=True):
-            ups = {u.target.key for u in project.upstream_models(spec)}
-            for i, value in enumerate(values):
-                if ups & failed:
-                    result = Result(model=spec.path, target=str(spec.target), partition=value,
-                                    strategy=spec.strategy.kind, status="skipped",
-                                    error="an upstream model failed in this run")
-                else:
-                    result = materialize_spec(con, executor, spec, value, now, cache,
-                                              drop_first=full_refresh and i == 0)
-                report.results.append(result)
-                if result.status == "failed":
-                    failed.add(spec.target.key)
-    finally:
-        lake.close(con)
-        if cache is not None:
-            cache.save()  # after close: the cache remembers its statements too
-        report.finished_at = datetime.now(timezone.utc).isoformat()
-        write_results(root, folder, report)
-    return report
+    from lakewrap import scheduler as sched
+
+    opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
+                            end=end, full_refresh=full_refresh, strict=strict, now=now, workers=workers,
+                            executor=executor, scheduler=scheduler, fail_fast=fail_fast,
+                            missing_only=missing_only, command=command)
+    return sched.run(root, opts, run_id=run_id, progress=progress)
 
 
 def materialize_spec(con: Any, executor: Executor, spec: ModelSpec, value: str | None, now: datetime,

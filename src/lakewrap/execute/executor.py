@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,7 +33,7 @@ from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable
 
-Status = Literal["success", "unchanged", "failed", "skipped"]
+Status = Literal["success", "unchanged", "failed", "skipped", "cancelled"]
 
 __all__ = ["RETRYABLE", "Executor", "Result", "RetryPolicy", "StrictRefusal", "is_retryable"]
 
@@ -59,6 +60,8 @@ class Result:
     # every data test run before COMMIT: name, severity, line, status, failing-row count, <= 20 sample rows
     tests: list[dict[str, Any]] = field(default_factory=list)
     schema_changes: list[str] = field(default_factory=list)  # ALTER statements on_schema_change ran
+    # each failed attempt: {"attempt", "error_class", "error", "seconds"} (the run log's attempts)
+    attempt_errors: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -96,11 +99,17 @@ class Executor:
         try:
             for attempt in range(1, self.policy.attempts + 1):
                 result.attempts = attempt
+                tried = time.perf_counter()
                 try:
                     self._attempt(con, compiled, result, log, attempt, drop_first)
                     break
                 except Exception as exc:
                     self._rollback(con, log)
+                    result.attempt_errors.append({
+                        "attempt": attempt, "seconds": round(time.perf_counter() - tried, 6),
+                        "error_class": "RetryableError" if is_retryable(exc) else type(exc).__name__,
+                        "error": self.lake.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else ""),
+                    })
                     # rolled back: nothing was written, and a retry counts (and warns) afresh
                     result.rows_inserted = result.rows_updated = result.rows_deleted = 0
                     result.warnings.clear()
@@ -204,9 +213,10 @@ class Executor:
                 "sql_sha256": compiled.sql_sha256,
                 "statements": json.dumps([s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements]),
             })
+        commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (see last_committed_snapshot)
         extra = {"run_id": self.run_id, "model": compiled.path, "target": compiled.target,
                  "partition": result.partition, "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
-                 "pins": pins, "lakewrap_version": __version__}
+                 "pins": pins, "lakewrap_version": __version__, "commit_id": commit_id}
         message = f"lakewrap {compiled.strategy} {compiled.target}" + (
             f" partition {result.partition}" if result.partition else "")
         log.run(con, sql.set_commit_message(self.lake.alias),
@@ -217,7 +227,8 @@ class Executor:
         result.status = "success"
         self.fences[compiled.target] = compiled.sql_sha256
         try:
-            result.snapshot_id = int(log.run(con, sql.last_committed_snapshot(self.lake.alias)).fetchone()[0])
+            result.snapshot_id = int(log.run(con, sql.last_committed_snapshot(self.lake.alias),
+                                             {"commit_id": commit_id, "pin": pin}).fetchone()[0])
         except Exception as exc:
             result.warnings.append(f"committed, but its snapshot id could not be read: {str(exc).strip()}")
 

@@ -192,6 +192,10 @@ class Lake:
         except duckdb.Error as exc:
             self.close(con)
             raise self.attach_error(exc) from None
+        if self.read_only:  # the run log's tables by their short names (lakewrap query "... lakewrap_runs")
+            from lakewrap.runlog import expose
+
+            expose(con, self)
         if not self.read_only:
             try:
                 self.ensure_state(con)

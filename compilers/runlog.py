@@ -1,0 +1,144 @@
+"""SQL of the run log: lakewrap's tables of runs, steps, attempts and log lines.
+
+The run log lives in the lake's *catalog database* (the DuckDB file, SQLite file or PostgreSQL
+database that holds DuckLake's own ``ducklake_*`` tables), not in DuckLake tables: writing it never
+creates a DuckLake snapshot, and DuckDB refuses a transaction that writes both the catalog database
+and the lake ("a single transaction can only write to a single attached database"), so a run-log
+row can never be part of a materialization's transaction. See docs/running.md, "The run log".
+
+Two dialects: ``duckdb`` (through DuckDB's attachment of the catalog database,
+``__ducklake_metadata_<alias>``, for DuckDB-file and PostgreSQL catalogs) and ``sqlite`` (Python's
+``sqlite3`` on a SQLite file beside a SQLite catalog, ``<catalog>-runlog``: writing the catalog
+file itself wedges it while a DuckLake connection of the same process holds it).
+Values are named parameters; times are ISO 8601 text (portable to all three databases).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sqlglot import exp
+
+from lakewrap.compilers import sql as q
+
+Dialect = Literal["duckdb", "sqlite"]
+
+RUNS = "lakewrap_runs"
+STEPS = "lakewrap_steps"
+ATTEMPTS = "lakewrap_attempts"
+LOG = "lakewrap_log"
+
+TABLES: dict[str, list[tuple[str, str]]] = {
+    RUNS: [
+        ("run_id", "VARCHAR"), ("command", "VARCHAR"), ("status", "VARCHAR"), ("args", "VARCHAR"),
+        ("started_at", "VARCHAR"), ("finished_at", "VARCHAR"), ("executor", "VARCHAR"), ("workers", "BIGINT"),
+        ("steps", "BIGINT"), ("succeeded", "BIGINT"), ("failed", "BIGINT"), ("skipped", "BIGINT"),
+        ("cancelled", "BIGINT"), ("resumable", "BOOLEAN"), ("lakewrap_version", "VARCHAR"), ("pid", "BIGINT"),
+    ],
+    STEPS: [
+        ("run_id", "VARCHAR"), ("step", "BIGINT"), ("model", "VARCHAR"), ("target", "VARCHAR"),
+        ("partition_value", "VARCHAR"), ("status", "VARCHAR"), ("attempts", "BIGINT"),
+        ("rows_inserted", "BIGINT"), ("rows_updated", "BIGINT"), ("rows_deleted", "BIGINT"),
+        ("snapshot_id", "BIGINT"), ("seconds", "DOUBLE"), ("finished_at", "VARCHAR"), ("sql_sha256", "VARCHAR"),
+        ("error_class", "VARCHAR"), ("error", "VARCHAR"),
+    ],
+    ATTEMPTS: [
+        ("run_id", "VARCHAR"), ("target", "VARCHAR"), ("partition_value", "VARCHAR"), ("attempt", "BIGINT"),
+        ("outcome", "VARCHAR"), ("error_class", "VARCHAR"), ("error", "VARCHAR"), ("seconds", "DOUBLE"),
+    ],
+    LOG: [
+        ("run_id", "VARCHAR"), ("logged_at", "VARCHAR"), ("level", "VARCHAR"), ("target", "VARCHAR"),
+        ("partition_value", "VARCHAR"), ("message", "VARCHAR"),
+    ],
+}
+
+
+def _table(name: str, catalog: str | None) -> exp.Table:
+    return exp.Table(this=q.ident(name), catalog=q.ident(catalog) if catalog else None)
+
+
+def _render(node: exp.Expr, dialect: Dialect) -> str:
+    return q.render(node) if dialect == "duckdb" else node.sql(dialect="sqlite")
+
+
+RUNLOG_ALIAS = "__lakewrap_runlog"
+
+
+def attach_sqlite(path: str) -> str:
+    """``ATTACH '<path>' AS __lakewrap_runlog (TYPE sqlite, READ_ONLY)``: a SQLite catalog's run log."""
+    return q.render(q.command("ATTACH", exp.Literal.string(path), "AS", q.ident(RUNLOG_ALIAS),
+                              "(TYPE sqlite, READ_ONLY)"))
+
+
+def metadata_catalog(alias: str) -> str:
+    """The name under which DuckDB attaches a DuckLake's catalog database."""
+    return f"__ducklake_metadata_{alias}"
+
+
+def ddl(dialect: Dialect, catalog: str | None = None) -> list[str]:
+    """``CREATE TABLE IF NOT EXISTS`` for the four run-log tables."""
+    out = []
+    for name, columns in TABLES.items():
+        schema = exp.Schema(this=_table(name, catalog), expressions=[
+            exp.ColumnDef(this=q.ident(c), kind=exp.DataType.build(t)) for c, t in columns])
+        out.append(_render(exp.Create(this=schema, kind="TABLE", exists=True), dialect))
+    return out
+
+
+def insert(name: str, dialect: Dialect, catalog: str | None = None) -> str:
+    """``INSERT INTO <name> (cols) VALUES (:col, ...)``; parameters are named like the columns."""
+    cols = [c for c, _ in TABLES[name]]
+    node = exp.insert(exp.Values(expressions=[exp.Tuple(expressions=[q.param(c) for c in cols])]),
+                      _table(name, catalog), columns=[q.ident(c) for c in cols])
+    return _render(node, dialect)
+
+
+def insert_from(name: str, source: str, catalog: str) -> str:
+    """``INSERT INTO <catalog>.<name> (cols) SELECT cols FROM <source>``: a flush's rows of one table,
+    registered as an Arrow table (one statement per table instead of one per row)."""
+    cols = [c for c, _ in TABLES[name]]
+    node = exp.insert(exp.select(*[q.col(c) for c in cols]).from_(exp.Table(this=q.ident(source))),
+                      _table(name, catalog), columns=[q.ident(c) for c in cols])
+    return q.render(node)
+
+
+def delete_run(dialect: Dialect, catalog: str | None = None) -> str:
+    """Remove a run's row (it is re-inserted with its new status): ``DELETE ... WHERE run_id = :run_id``."""
+    node = exp.delete(_table(RUNS, catalog), where=exp.EQ(this=q.col("run_id"), expression=q.param("run_id")))
+    return _render(node, dialect)
+
+
+def select_run(dialect: Dialect, catalog: str | None = None) -> str:
+    """A run's row, by ``:run_id``."""
+    cols = [q.col(c) for c, _ in TABLES[RUNS]]
+    node = exp.select(*cols).from_(_table(RUNS, catalog)).where(
+        exp.EQ(this=q.col("run_id"), expression=q.param("run_id")))
+    return _render(node, dialect)
+
+
+def expose_view(name: str, catalog: str) -> str:
+    """``CREATE OR REPLACE TEMP VIEW <name> AS SELECT * FROM <catalog>.<name>`` (read-only sessions)."""
+    node = exp.Create(this=exp.Table(this=q.ident(name)), kind="VIEW", replace=True,
+                      properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+                      expression=exp.select(exp.Star()).from_(_table(name, catalog)))
+    return q.render(node)
+
+
+def committed_partitions() -> str:
+    """Partitions of ``$target`` committed by run ``$run_id`` (read from lakewrap.materializations)."""
+    from lakewrap.compilers.lake import MATERIALIZATIONS, STATE_SCHEMA
+
+    node = exp.select(q.col("partition_value")).distinct().from_(q.table(STATE_SCHEMA, MATERIALIZATIONS)).where(
+        exp.and_(exp.EQ(this=q.col("run_id"), expression=q.param("run_id")),
+                 exp.EQ(this=q.col("target"), expression=q.param("target"))))
+    return q.render(node)
+
+
+def partitions_with_sha() -> str:
+    """Partitions of ``$target`` ever materialized with compiled SQL ``$sql_sha256``."""
+    from lakewrap.compilers.lake import MATERIALIZATIONS, STATE_SCHEMA
+
+    node = exp.select(q.col("partition_value")).distinct().from_(q.table(STATE_SCHEMA, MATERIALIZATIONS)).where(
+        exp.and_(exp.EQ(this=q.col("sql_sha256"), expression=q.param("sql_sha256")),
+                 exp.EQ(this=q.col("target"), expression=q.param("target"))))
+    return q.render(node)

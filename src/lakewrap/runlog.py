@@ -1,0 +1,288 @@
+"""The run log: runs, steps, attempts and log lines, as tables in the lake's catalog database.
+
+Written only by the process that coordinates a run, in small transactions of their own, never
+inside a materialization's transaction:
+
+* DuckDB-file and PostgreSQL catalogs: through DuckDB's attachment of the catalog database
+  (``__ducklake_metadata_<alias>``) on the coordinator's connection. DuckDB refuses a transaction
+  that writes both that database and the lake, so a run-log write cannot slip into a
+  materialization's commit, and no DuckLake snapshot is created for it.
+* SQLite catalogs: Python's ``sqlite3`` on a SQLite file beside the catalog (``lake.sqlite`` →
+  ``lake.sqlite-runlog``), with a busy timeout. Writing the catalog file itself is no option: a
+  DuckDB attachment of it in the same process wedges (DuckLake 1.5.5), and two SQLite libraries
+  in one process (DuckDB's and Python's) do not see each other's locks on one file.
+
+Rows are buffered and flushed at most every ``interval`` (5) seconds, at once after a failure, and at
+the end of the run; ``target/run_results.json`` is rewritten at the same moments. A process killed
+with ``kill -9`` loses at most the last interval of log rows; what it committed to the lake is in
+``lakewrap.materializations`` (the state of record), which ``lakewrap resume`` reads.
+
+Read them with ``lakewrap query "SELECT * FROM lakewrap_runs"`` (read-only sessions expose the four
+tables as views) or from any DuckDB client: ``SELECT * FROM __ducklake_metadata_lake.lakewrap_runs``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lakewrap import __version__
+from lakewrap.compilers import lake as lsql
+from lakewrap.compilers import runlog as rsql
+from lakewrap.execute.lake import CONNECT_RETRY, Lake
+from lakewrap.execute.retry import retrying
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def sqlite_runlog_path(lake: Lake) -> Path:
+    path = lake.config.catalog_path(lake.root)
+    return path.with_name(path.name + "-runlog")
+
+
+def expose(con: Any, lake: Lake) -> None:
+    """Make the run-log tables readable by their short names (temporary views) in a read session."""
+    catalog = rsql.metadata_catalog(lake.alias)
+    if lake.config.catalog == "sqlite":
+        path = sqlite_runlog_path(lake)
+        if not path.exists():
+            return
+        try:
+            con.execute(rsql.attach_sqlite(str(path)))
+        except Exception:
+            return
+        catalog = rsql.RUNLOG_ALIAS
+    for name in rsql.TABLES:
+        with suppress(Exception):  # a lake that never ran anything has no run log yet
+            con.execute(rsql.expose_view(name, catalog))
+
+
+class _Backend:
+    """Where the rows go: ``write(rows_by_table)`` in one transaction; ``read_run``."""
+
+    def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
+        raise NotImplementedError
+
+    def read_run(self, run_id: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+_SOURCE = "__lakewrap_runlog_rows"
+_ARROW = {"VARCHAR": "string", "BIGINT": "int64", "DOUBLE": "float64", "BOOLEAN": "bool"}
+
+
+def _arrow_schema(table: str) -> Any:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    return pa.schema([(c, pa.type_for_alias(_ARROW[t])) for c, t in rsql.TABLES[table]])
+
+
+class _DuckDBBackend(_Backend):
+    def __init__(self, con: Any, alias: str) -> None:
+        self.con = con
+        self.catalog = rsql.metadata_catalog(alias)
+        for stmt in rsql.ddl("duckdb", self.catalog):
+            self._ddl(stmt)
+
+    def _ddl(self, stmt: str) -> None:
+        retrying(lambda: self.con.execute(stmt), CONNECT_RETRY)  # another run may be creating them too
+
+    def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
+        import pyarrow as pa  # type: ignore[import-untyped]
+
+        by_table: dict[str, list[dict[str, Any]]] = {}
+        for table, row in rows:
+            by_table.setdefault(table, []).append(row)
+        # one INSERT per table from an Arrow table: binding parameters row by row costs ~20 ms a
+        # statement in duckdb-python 1.5.5
+        frames = {t: pa.Table.from_pylist(r, schema=_arrow_schema(t)) for t, r in by_table.items()}
+
+        def once() -> None:
+            self.con.execute(lsql.BEGIN)
+            try:
+                if replace_run is not None:
+                    self.con.execute(rsql.delete_run("duckdb", self.catalog), {"run_id": replace_run})
+                for table, frame in frames.items():
+                    self.con.register(_SOURCE, frame)
+                    try:
+                        self.con.execute(rsql.insert_from(table, _SOURCE, self.catalog))
+                    finally:
+                        self.con.unregister(_SOURCE)
+                self.con.execute(lsql.COMMIT)
+            except Exception:
+                with suppress(Exception):
+                    self.con.execute(lsql.ROLLBACK)
+                raise
+
+        retrying(once, CONNECT_RETRY)
+
+    def read_run(self, run_id: str) -> dict[str, Any] | None:
+        cursor = self.con.execute(rsql.select_run("duckdb", self.catalog), {"run_id": run_id})
+        row = cursor.fetchone()
+        return dict(zip([d[0] for d in cursor.description], row, strict=True)) if row else None
+
+
+class _SQLiteBackend(_Backend):
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        for stmt in rsql.ddl("sqlite"):
+            self.db.execute(stmt)
+
+    def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            if replace_run is not None:
+                self.db.execute(rsql.delete_run("sqlite"), {"run_id": replace_run})
+            for table, row in rows:
+                self.db.execute(rsql.insert(table, "sqlite"), row)
+            self.db.execute("COMMIT")
+        except Exception:
+            with suppress(Exception):
+                self.db.execute("ROLLBACK")
+            raise
+
+    def read_run(self, run_id: str) -> dict[str, Any] | None:
+        cursor = self.db.execute(rsql.select_run("sqlite"), {"run_id": run_id})
+        row = cursor.fetchone()
+        return dict(zip([d[0] for d in cursor.description], row, strict=True)) if row else None
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def backend_for(lake: Lake, con: Any) -> _Backend:
+    if lake.config.catalog == "sqlite":
+        return _SQLiteBackend(sqlite_runlog_path(lake))
+    return _DuckDBBackend(con, lake.alias)
+
+
+def read_run(lake: Lake, con: Any, run_id: str) -> dict[str, Any] | None:
+    """The ``lakewrap_runs`` row of ``run_id`` (None when the lake has no such run)."""
+    backend = backend_for(lake, con)
+    try:
+        return backend.read_run(run_id)
+    finally:
+        backend.close()
+
+
+@dataclass
+class RunLog:
+    """Buffers run-log rows and flushes them in their own transactions.
+
+    Example:
+        >>> log = RunLog.open(lake, con, run_id, "run", args={...}, results=write)  # doctest: +SKIP
+        >>> log.step(result); log.line("info", "retrying"); log.finish("success", counts)  # doctest: +SKIP
+    """
+
+    backend: _Backend
+    run_id: str
+    run: dict[str, Any]
+    redact: Callable[[str], str]
+    on_flush: Callable[[], None] = lambda: None
+    interval: float = 5.0
+    pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    run_dirty: bool = False
+    last_flush: float = 0.0
+    steps: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, lake: Lake, con: Any, run_id: str, command: str, *, args: dict[str, Any], executor: str,
+             workers: int, steps: int, on_flush: Callable[[], None] = lambda: None,
+             previous: dict[str, Any] | None = None) -> RunLog:
+        run = {
+            "run_id": run_id, "command": command, "status": "running", "args": json.dumps(args, default=str),
+            "started_at": previous["started_at"] if previous else now_iso(), "finished_at": None,
+            "executor": executor, "workers": workers, "steps": steps, "succeeded": 0, "failed": 0, "skipped": 0,
+            "cancelled": 0, "resumable": False, "lakewrap_version": __version__, "pid": os.getpid(),
+        }
+        log = cls(backend_for(lake, con), run_id, run, lake.redact, on_flush)
+        log.run_dirty = True
+        log.line("info", None, None, f"{command} started: {steps} steps, executor {executor}, {workers} workers"
+                 + (" (resumed)" if previous else ""))
+        log.flush()
+        return log
+
+    def line(self, level: str, target: str | None, partition: str | None, message: str) -> None:
+        self.pending.append((rsql.LOG, {"run_id": self.run_id, "logged_at": now_iso(), "level": level, "target": target,
+                                        "partition_value": partition, "message": self.redact(message)}))
+
+    def step(self, result: Any) -> None:
+        """Record one finished (model, partition): its step row, its attempts and log lines."""
+        self.steps += 1
+        r = result
+        self.pending.append((rsql.STEPS, {
+            "run_id": self.run_id, "step": self.steps, "model": r.model, "target": r.target,
+            "partition_value": r.partition, "status": r.status, "attempts": r.attempts,
+            "rows_inserted": r.rows_inserted, "rows_updated": r.rows_updated, "rows_deleted": r.rows_deleted,
+            "snapshot_id": r.snapshot_id, "seconds": round(r.seconds, 6), "finished_at": now_iso(),
+            "sql_sha256": r.sql_sha256 or None, "error_class": r.error_class,
+            "error": self.redact(r.error) if r.error else None,
+        }))
+        failures = list(getattr(r, "attempt_errors", []) or [])
+        for a in failures:
+            self.pending.append((rsql.ATTEMPTS, {
+                "run_id": self.run_id, "target": r.target, "partition_value": r.partition, "attempt": a["attempt"],
+                "outcome": "retried" if a["attempt"] < r.attempts else r.status,  # failed or cancelled
+                "error_class": a["error_class"], "error": self.redact(a["error"]), "seconds": a["seconds"],
+            }))
+        if r.status in ("success", "unchanged") and r.attempts:
+            self.pending.append((rsql.ATTEMPTS, {
+                "run_id": self.run_id, "target": r.target, "partition_value": r.partition, "attempt": r.attempts,
+                "outcome": "committed" if r.status == "success" else "unchanged", "error_class": None,
+                "error": None, "seconds": None,
+            }))
+        for w in r.warnings:
+            self.line("warning", r.target, r.partition, w)
+        if r.status == "failed":
+            self.line("error", r.target, r.partition, r.error or "failed")
+        elif r.status in ("skipped", "cancelled"):
+            self.line("info", r.target, r.partition, f"{r.status}: {r.error or ''}".rstrip(": "))
+        if r.status == "failed" or time.monotonic() - self.last_flush >= self.interval:
+            self.flush()
+
+    def counts(self, results: list[Any]) -> None:
+        by: dict[str, int] = {}
+        for r in results:
+            by[r.status] = by.get(r.status, 0) + 1
+        self.run.update(succeeded=by.get("success", 0) + by.get("unchanged", 0), failed=by.get("failed", 0),
+                        skipped=by.get("skipped", 0), cancelled=by.get("cancelled", 0))
+        self.run_dirty = True
+
+    def finish(self, status: str, results: list[Any], *, resumable: bool) -> None:
+        self.counts(results)
+        self.run.update(status=status, finished_at=now_iso(), resumable=resumable)
+        self.line("info" if status == "success" else "error", None, None, f"run {status}")
+        self.flush()
+
+    def flush(self) -> None:
+        """Write buffered rows in one transaction (the run row replaced when it changed)."""
+        self.last_flush = time.monotonic()
+        rows = self.pending
+        self.pending = []
+        if self.run_dirty:
+            rows = [(rsql.RUNS, dict(self.run)), *rows]
+        try:
+            if rows:
+                self.backend.write(rows, self.run_id if self.run_dirty else None)
+            self.run_dirty = False
+        except Exception as exc:  # the run log must never fail a run: keep the rows for the next flush
+            self.pending = [r for r in rows if r[0] != rsql.RUNS] + self.pending
+            self.errors.append(self.redact(str(exc)).splitlines()[0])
+        self.on_flush()
+
+    def close(self) -> None:
+        self.backend.close()

@@ -1,0 +1,432 @@
+"""Run a project's selected DAG as steps — one (model, partition) each — in parallel where allowed.
+
+* A step waits for the steps of its upstream models it reads: the same partition when both models
+  are time-partitioned (their grains must match: a mismatch is refused before anything runs),
+  every step of the upstream otherwise.
+* Writers to one table are serialized: a target has at most one step in flight, and its
+  partitions run in ascending order (a ``--full-refresh`` drops the table in its first one).
+* A failed step's downstream steps are ``skipped`` (transitively); ``--fail-fast`` stops
+  scheduling after the first failure (in-flight steps finish).
+* Each step retries retryable errors only, ``-- retry N`` times (default: ``[run] retries`` in
+  lakewrap.toml), with capped, jittered exponential backoff (the executor's policy).
+* SIGINT/SIGTERM cancel the run: in-flight statements are interrupted and rolled back, nothing
+  new starts, the run is recorded ``cancelled`` and can be resumed (``lakewrap resume RUN_ID``).
+* ``resume`` skips the steps whose materialization the lake's state (``lakewrap.materializations``)
+  records for the run; ``missing_only`` skips partitions already materialized with the same
+  compiled SQL (``sql_sha256``).
+
+The run log (:mod:`lakewrap.runlog`) and ``target/run_results.json`` are written as steps finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lakewrap.compile import _Cache, compile_plan, load_project
+from lakewrap.compilers import runlog as rsql
+from lakewrap.config import load_config
+from lakewrap.errors import Location, PlanError, ProjectError, StateError
+from lakewrap.execute.executor import Result
+from lakewrap.execute.lake import Lake
+from lakewrap.project import Project
+from lakewrap.runlog import RunLog, read_run
+from lakewrap.runner import RunReport, new_run_id, plan_model, plan_partitions, write_results
+from lakewrap.spec import ModelSpec, TimePartitioning
+from lakewrap.workers import StepRunner, Task, make_runner
+
+Progress = Callable[[str, Any], None]  # ("start", total) / ("step", result) / ("end", report)
+
+
+@dataclass
+class RunOptions:
+    """Everything a run needs besides the project; stored with the run so ``resume`` can replay it."""
+
+    selectors: Sequence[str] = ()
+    exclude: Sequence[str] = ()
+    partition: str | None = None
+    start: str | None = None
+    end: str | None = None
+    full_refresh: bool = False
+    strict: bool = False
+    now: datetime | None = None
+    workers: int | None = None
+    executor: Any = "auto"  # auto | thread | process | dask | a callable(task) -> Result | a StepRunner
+    scheduler: str | None = None
+    fail_fast: bool = False
+    missing_only: bool = False
+    command: str = "run"
+
+    def to_args(self) -> dict[str, Any]:
+        return {"selectors": list(self.selectors), "exclude": list(self.exclude), "partition": self.partition,
+                "start": self.start, "end": self.end, "full_refresh": self.full_refresh, "strict": self.strict,
+                "now": self.now.isoformat() if self.now else None, "fail_fast": self.fail_fast,
+                "missing_only": self.missing_only, "command": self.command}
+
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> RunOptions:
+        now = datetime.fromisoformat(args["now"]) if args.get("now") else None
+        return cls(selectors=tuple(args.get("selectors") or ()), exclude=tuple(args.get("exclude") or ()),
+                   partition=args.get("partition"), start=args.get("start"), end=args.get("end"),
+                   full_refresh=bool(args.get("full_refresh")), strict=bool(args.get("strict")), now=now,
+                   fail_fast=bool(args.get("fail_fast")), missing_only=bool(args.get("missing_only")),
+                   command=args.get("command") or "run")
+
+
+def default_workers() -> int:
+    """One worker per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_grains(project: Project, selected: Sequence[ModelSpec]) -> None:
+    """Refuse a time-partitioned model reading a selected model of another grain or time zone."""
+    chosen = {s.target.key for s in selected}
+    for spec in selected:
+        mine = spec.partition
+        if not isinstance(mine, TimePartitioning):
+            continue
+        for up in project.upstream_models(spec):
+            theirs = up.partition
+            if up.target.key not in chosen or not isinstance(theirs, TimePartitioning):
+                continue
+            if (theirs.grain, theirs.tz) != (mine.grain, mine.tz):
+                raise ProjectError(
+                    f"model `{spec.target}` is partitioned {mine.grain.value} ({mine.tz}) but reads "
+                    f"`{up.target}` ({up.path}), partitioned {theirs.grain.value} ({theirs.tz}): a partition of one "
+                    "does not map onto a partition of the other",
+                    location=Location(spec.path),
+                    hint="give both models the same grain and time zone, or run them in separate commands "
+                    f"(e.g. --exclude {up.name})",
+                )
+
+
+@dataclass
+class Step:
+    index: int
+    task: Task
+    deps: set[int] = field(default_factory=set)
+    status: str = "pending"  # pending | running | a Result status | done (not re-run)
+
+
+def build_steps(project: Project, selected: Sequence[ModelSpec], partitions: Sequence[Sequence[str | None]],
+                root: Path, run_id: str, now: datetime, opts: RunOptions, default_retries: int) -> list[Step]:
+    steps: list[Step] = []
+    by_target: dict[str, list[Step]] = {}
+    for spec, values in zip(selected, partitions, strict=True):
+        retries = spec.retry if spec.retry is not None else default_retries
+        rebuilds = spec.strategy.kind in ("delete+insert", "merge", "append", "snapshot")
+        for i, value in enumerate(values):
+            task = Task(root=str(root), target=spec.target.key, model=spec.path, strategy=spec.strategy.kind,
+                        partition=value, run_id=run_id, now=now.isoformat(), attempts=retries + 1,
+                        drop_first=opts.full_refresh and i == 0 and rebuilds, strict=opts.strict)
+            step = Step(len(steps), task)
+            steps.append(step)
+            by_target.setdefault(spec.target.key, []).append(step)
+    for step in steps:
+        spec = project.models[step.task.target]
+        own = by_target[step.task.target]
+        if own[0].task.drop_first and own[0] is not step:
+            step.deps.add(own[0].index)  # the full refresh's drop must have committed first
+        for up in project.upstream_models(spec):
+            ups = by_target.get(up.target.key, [])
+            if step.task.partition is not None and isinstance(up.partition, TimePartitioning):
+                step.deps |= {u.index for u in ups if u.task.partition == step.task.partition}
+            else:
+                step.deps |= {u.index for u in ups}
+    return steps
+
+
+def committed_partitions(con: Any, run_id: str, target: str) -> set[str | None]:
+    rows = con.execute(rsql.committed_partitions(), {"run_id": run_id, "target": target}).fetchall()
+    return {r[0] for r in rows}
+
+
+def materialized_with_sha(con: Any, target: str, sha: str) -> set[str | None]:
+    rows = con.execute(rsql.partitions_with_sha(), {"target": target, "sql_sha256": sha}).fetchall()
+    return {r[0] for r in rows}
+
+
+class Scheduler:
+    """Dispatches ready steps to a :class:`StepRunner` and records their results."""
+
+    def __init__(self, steps: list[Step], runner: StepRunner, workers: int, log: RunLog, report: RunReport,
+                 fail_fast: bool, progress: Progress | None) -> None:
+        self.steps = steps
+        self.runner = runner
+        self.workers = workers
+        self.log = log
+        self.report = report
+        self.fail_fast = fail_fast
+        self.progress = progress
+        self.done: queue.Queue[tuple[Task, Result]] = queue.Queue()
+        self.cancelled = threading.Event()
+        self.stopping = False
+        self.results: dict[int, Result] = {}
+        self.index = {(s.task.target, s.task.partition): s.index for s in steps}
+        self.order: dict[str, list[int]] = {}
+        for s in steps:
+            self.order.setdefault(s.task.target, []).append(s.index)
+        self.cursor = dict.fromkeys(self.order, 0)  # per target: its first step that may be pending
+        self.busy: set[str] = set()  # targets with a step in flight
+
+    def cancel(self) -> None:
+        """Stop scheduling and interrupt in-flight steps (safe from a signal handler)."""
+        if not self.cancelled.is_set():
+            self.cancelled.set()
+            self.runner.cancel()
+
+    def _finish(self, step: Step, result: Result) -> None:
+        step.status = result.status
+        self.results[step.index] = result
+        self.report.results.append(result)
+        self.log.step(result)
+        if self.progress:
+            self.progress("step", result)
+
+    def _blocked_by(self, step: Step) -> Step | None:
+        for d in sorted(step.deps):
+            dep = self.steps[d]
+            if dep.status in ("failed", "skipped", "cancelled"):
+                return dep
+        return None
+
+    def _ready(self, inflight: int) -> list[Step]:
+        """Resolve skips, then the steps to start now (one per target, deps all committed)."""
+        out: list[Step] = []
+        busy = set(self.busy)
+        changed = True
+        while changed:
+            changed = False
+            for target, idxs in self.order.items():
+                if target in busy:
+                    continue
+                ptr = self.cursor[target]
+                while ptr < len(idxs) and self.steps[idxs[ptr]].status != "pending":
+                    ptr += 1  # a step never becomes pending again
+                self.cursor[target] = ptr
+                if ptr == len(idxs):
+                    continue
+                head = self.steps[idxs[ptr]]
+                blocker = self._blocked_by(head)
+                if blocker is not None:
+                    t = blocker.task
+                    why = (f"an upstream model failed in this run: {t.target}" + (f" {t.partition}" if t.partition
+                                                                                   else "")
+                           if blocker.status == "failed" else self.results[blocker.index].error or "not run")
+                    self._finish(head, head.task.skipped("skipped", why))
+                    changed = True
+                    continue
+                committed = all(self.steps[d].status in ("success", "unchanged", "done") for d in head.deps)
+                if committed and inflight + len(out) < self.workers:
+                    out.append(head)
+                    busy.add(target)
+        return out
+
+    def run(self) -> None:
+        inflight = 0
+        while True:
+            if not (self.cancelled.is_set() or self.stopping):
+                for step in self._ready(inflight):
+                    step.status = "running"
+                    self.busy.add(step.task.target)
+                    inflight += 1
+                    self.runner.submit(step.task, lambda t, r: self.done.put((t, r)))
+            if inflight == 0:  # nothing running and nothing can start: done (or stopped)
+                break
+            try:
+                task, result = self.done.get(timeout=0.2)
+            except queue.Empty:
+                if time.monotonic() - self.log.last_flush >= self.log.interval and self.log.pending:
+                    self.log.flush()
+                continue
+            inflight -= 1
+            self.busy.discard(task.target)
+            step = self.steps[self.index[(task.target, task.partition)]]
+            if self.cancelled.is_set() and result.status == "failed" and result.error_class in (
+                    "RunCancelled", "InterruptException", "CancelledError"):
+                result.status = "cancelled"
+            self._finish(step, result)
+            if result.status == "failed" and self.fail_fast:
+                self.stopping = True
+        why = "the run was cancelled" if self.cancelled.is_set() else "not run: --fail-fast stopped the run"
+        for step in self.steps:
+            if step.status == "pending":
+                self._finish(step, step.task.skipped("cancelled" if self.cancelled.is_set() else "skipped", why))
+
+
+@dataclass
+class Prepared:
+    root: Path
+    run_id: str
+    now: datetime
+    opts: RunOptions
+    project: Project
+    cache: _Cache | None
+    selected: list[ModelSpec]
+    steps: list[Step]
+    workers: int
+
+
+def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
+    """Everything that can be refused before anything runs: selection, partitions, grains."""
+    root = root.resolve()
+    now = opts.now or datetime.now(timezone.utc)
+    opts.now = now
+    run_id = run_id or new_run_id(now)
+    cache = _Cache.open(root, True)
+    project = load_project(root, cache)
+    selected = project.select(opts.selectors, opts.exclude)
+    partitions = plan_partitions(selected, opts.partition, opts.start, opts.end)
+    check_grains(project, selected)
+    config = load_config(root)
+    workers = opts.workers or config.run.workers or default_workers()
+    if workers < 1:
+        raise PlanError(f"--workers must be at least 1, not {workers}")
+    steps = build_steps(project, selected, partitions, root, run_id, now, opts, config.run.retries)
+    return Prepared(root, run_id, now, opts, project, cache, selected, steps, workers)
+
+
+def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[str, Any] | None = None) -> RunReport:
+    """Run prepared steps; never raises for model or data errors (they are in the report)."""
+    root, opts = prep.root, prep.opts
+    lake = Lake.open(root)
+    runner = make_runner(opts.executor, prep.workers, lake.config.catalog, opts.scheduler)
+    report = RunReport(run_id=prep.run_id, started_at=prep.now.isoformat() if resume is None
+                       else str(resume.get("started_at")))
+    folder = root / "target" / "run" / prep.run_id
+    with ExitStack() as stack:
+        if runner.kind in ("thread", "callable") and lake.config.catalog != "sqlite":
+            stack.enter_context(lake.shared())
+        con = lake.connect()
+        # what the lake already holds: committed steps of this run (resume), or the same SQL (missing-only)
+        try:
+            not_rerun = skip_done(prep, con, resume is not None)
+        except BaseException:
+            lake.close(con)
+            raise
+        if lake.config.catalog == "sqlite" and runner.kind not in ("thread", "callable"):
+            lake.close(con)  # an idle connection share-locks a SQLite catalog: other processes could not commit
+            con = None
+        else:
+            stack.callback(lake.close, con)
+        runner.start(lake, prep.project, con)
+        stack.callback(runner.close)
+        todo = [s for s in prep.steps if s.status == "pending"]
+        log = RunLog.open(lake, con, prep.run_id, opts.command, args=opts.to_args(), executor=runner.kind,
+                          workers=runner.workers, steps=len(todo), previous=resume,
+                          on_flush=lambda: write_results(root, folder, report))
+        stack.callback(log.close)
+        for s in prep.steps:
+            if s.status == "done":
+                log.line("info", s.task.target, s.task.partition, not_rerun)
+        report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": not_rerun}
+                            for s in prep.steps if s.status == "done"]
+        scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress)
+        if progress:
+            progress("start", len(todo))
+        restore = _on_signals(scheduler.cancel)
+        try:
+            try:
+                scheduler.run()
+            except BaseException:
+                scheduler.cancel()
+                raise
+            finally:
+                report.results = [scheduler.results[s.index] for s in prep.steps if s.index in scheduler.results]
+                report.finished_at = datetime.now(timezone.utc).isoformat()
+                status = ("cancelled" if scheduler.cancelled.is_set()
+                          else "success" if report.ok else "failed")
+                report.status = status
+                log.finish(status, report.results, resumable=status != "success")
+                report.run_log_errors = log.errors
+        finally:
+            restore()
+        if prep.cache is not None:
+            prep.cache.save()
+    write_results(root, folder, report)
+    if progress:
+        progress("end", report)
+    return report
+
+
+def skip_done(prep: Prepared, con: Any, resuming: bool) -> str:
+    """Mark steps the lake already holds as ``done``; returns why they are not re-run."""
+    if resuming:
+        for target in {s.task.target for s in prep.steps}:
+            committed = committed_partitions(con, prep.run_id, target)
+            for s in prep.steps:
+                if s.task.target == target and s.task.partition in committed:
+                    s.status = "done"
+        return "committed earlier in this run"
+    if prep.opts.missing_only:
+        for spec in prep.selected:
+            mine = [s for s in prep.steps if s.task.target == spec.target.key]
+            if not mine or not isinstance(spec.partition, TimePartitioning):
+                continue
+            try:
+                sha = compile_plan(plan_model(con, spec, mine[0].task.partition, prep.now), prep.cache).sql_sha256
+            except Exception:  # it fails again when it runs, and is reported there
+                continue
+            have = materialized_with_sha(con, spec.target.key, sha)
+            for s in mine:
+                if s.task.partition in have:
+                    s.status = "done"
+        return "already materialized with the same sql_sha256 (--missing-only)"
+    return ""
+
+
+def _on_signals(handler: Callable[[], None]) -> Callable[[], None]:
+    """SIGINT/SIGTERM call ``handler`` while the run lasts (main thread only); returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: handler())
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None) -> RunReport:
+    """Plan and run ``opts`` on the project at ``root`` (``lakewrap run`` / ``backfill``)."""
+    return execute(prepare(root, opts, run_id), progress=progress)
+
+
+def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any = "auto",
+           scheduler: str | None = None, progress: Progress | None = None) -> RunReport:
+    """Re-run a failed, cancelled or killed run: the steps it has not committed, same arguments."""
+    root = root.resolve()
+    lake = Lake.open(root)
+    con = lake.connect()
+    try:
+        row = read_run(lake, con, run_id)
+    except Exception:
+        row = None
+    finally:
+        lake.close(con)
+    if row is None:
+        raise StateError(f"the lake records no run `{run_id}`",
+                         hint="list runs with: lakewrap query \"SELECT run_id, status FROM lakewrap_runs\"")
+    if row["status"] == "success":
+        raise StateError(f"run `{run_id}` succeeded; there is nothing to resume")
+    opts = RunOptions.from_args(json.loads(row["args"]))
+    opts.workers, opts.executor, opts.scheduler = workers, executor, scheduler
+    opts.missing_only = False
+    prep = prepare(root, opts, run_id)
+    return execute(prep, progress=progress, resume=row)

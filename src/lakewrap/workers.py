@@ -1,0 +1,392 @@
+"""Where a run's (model, partition) steps execute: threads, processes, Dask, or a callable of yours.
+
+Every step is a picklable :class:`Task`; :func:`run_task` turns it into a
+:class:`~lakewrap.execute.executor.Result` (one transaction, retried per the model's policy).
+A *step runner* submits tasks and reports each result through a callback; the scheduler
+(:mod:`lakewrap.scheduler`) decides what is ready. Implementations:
+
+* :class:`ThreadRunner` (``thread``): threads of this process sharing one DuckDB instance (one
+  cursor each). The default. On a SQLite catalog it runs one step at a time (cursors of one
+  instance wedge a SQLite catalog on DuckLake 1.5.5).
+* :class:`ProcessRunner` (``process``): a pool of spawned worker processes, each with its own
+  DuckDB instance (SQLite or PostgreSQL catalogs: a DuckDB-file catalog admits one process).
+* :class:`DaskRunner` (``dask``): one Dask task per step on a ``distributed`` cluster (an
+  address, or a LocalCluster), for a catalog every worker can reach (PostgreSQL, data on S3).
+* :class:`CallableRunner`: any ``fn(task) -> Result`` (your own fan-out), run on threads.
+
+Cancelling interrupts in-flight statements (DuckDB ``interrupt()``): their transactions roll back
+and their results are ``cancelled``; a statement not yet started is refused by :class:`Guarded`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from lakewrap.compilers import lake as sql
+from lakewrap.errors import ConfigError, ExecutionError, Location
+from lakewrap.execute.executor import Executor, Result, RetryPolicy
+
+CANCELLED_CLASSES = ("RunCancelled", "InterruptException")
+
+
+class RunCancelled(ExecutionError):
+    """The run was cancelled (SIGINT/SIGTERM) before this statement started."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One (model, partition) of a run; plain data, so it pickles to processes and Dask workers."""
+
+    root: str
+    target: str  # the model's target key, ``schema.name``
+    model: str  # the model file, relative to the project
+    strategy: str
+    partition: str | None
+    run_id: str
+    now: str  # the run's logical time, ISO 8601
+    attempts: int  # 1 + the model's retries
+    drop_first: bool = False
+    strict: bool = False
+
+    def skipped(self, status: str, why: str) -> Result:
+        return Result(model=self.model, target=self.target, partition=self.partition, strategy=self.strategy,
+                      status=status, error=why)  # type: ignore[arg-type]
+
+
+class Guarded:
+    """A real DuckDB connection that refuses every statement but ROLLBACK once the run is cancelled."""
+
+    def __init__(self, con: Any, cancelled: threading.Event) -> None:
+        self._con = con
+        self._cancelled = cancelled
+
+    def execute(self, statement: str, *args: Any) -> Any:
+        if self._cancelled.is_set() and statement != sql.ROLLBACK:
+            raise RunCancelled("the run was cancelled", hint="resume it with `lakewrap resume RUN_ID`")
+        return self._con.execute(statement, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
+def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading.Event) -> Result:
+    """Plan, compile and execute one step on ``con``; never raises for model or data errors."""
+    from lakewrap.runner import materialize_spec
+
+    spec = project.models[task.target]
+    executor = Executor(lake, task.run_id, Path(task.root) / "target" / "run" / task.run_id,
+                        policy=RetryPolicy(attempts=task.attempts), strict=task.strict)
+    result = materialize_spec(Guarded(con, cancelled), executor, spec, task.partition,
+                              datetime.fromisoformat(task.now), None, drop_first=task.drop_first)
+    if result.status == "failed" and cancelled.is_set() and result.error_class in CANCELLED_CLASSES:
+        result.status = "cancelled"
+    return result
+
+
+Done = Callable[[Task, Result], None]
+
+
+class StepRunner:
+    """Runs tasks somewhere and calls ``done(task, result)`` for each (from any thread)."""
+
+    kind = "base"
+    workers = 1
+
+    def start(self, lake: Any, project: Any, con: Any) -> None:
+        """Called once before the first task, with the coordinator's lake, project and connection
+        (None for runners in other processes on a SQLite catalog: an idle connection would block
+        their commits)."""
+
+    def submit(self, task: Task, done: Done) -> None:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Interrupt in-flight tasks (their transactions roll back)."""
+
+    def close(self) -> None:
+        pass
+
+
+class ThreadRunner(StepRunner):
+    """Threads of this process; each has its own cursor of the lake's shared DuckDB instance."""
+
+    kind = "thread"
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self.cancelled = threading.Event()
+        self.local = threading.local()
+        self.active: dict[int, Any] = {}
+        self.cons: list[Any] = []
+        self.lock = threading.Lock()
+        self.pool: ThreadPoolExecutor | None = None
+        self.single: Any = None
+
+    def start(self, lake: Any, project: Any, con: Any) -> None:
+        self.lake, self.project = lake, project
+        if lake.config.catalog == "sqlite":
+            self.workers, self.single = 1, con  # one instance, one connection, one step at a time
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="lakewrap-step")
+
+    def _con(self) -> Any:
+        if self.single is not None:
+            return self.single
+        con = getattr(self.local, "con", None)
+        if con is None:
+            con = self.local.con = self.lake.connect()
+            with self.lock:
+                self.cons.append(con)
+        return con
+
+    def _run(self, task: Task, done: Done) -> None:
+        try:
+            con = self._con()
+            with self.lock:
+                self.active[threading.get_ident()] = con
+            try:
+                result = run_task(task, con, self.lake, self.project, self.cancelled)
+            finally:
+                with self.lock:
+                    self.active.pop(threading.get_ident(), None)
+        except BaseException as exc:  # a bug or a lost connection: report it as the step's failure
+            result = task.skipped("failed", f"{task.model}: {type(exc).__name__}: {exc}")
+            result.error_class = type(exc).__name__
+        done(task, result)
+
+    def submit(self, task: Task, done: Done) -> None:
+        assert self.pool is not None
+        self.pool.submit(self._run, task, done)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        with self.lock:
+            for con in self.active.values():
+                with contextlib.suppress(Exception):  # finished in between
+                    con.interrupt()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        if self.single is None:
+            for con in self.cons:
+                with contextlib.suppress(Exception):
+                    self.lake.close(con)
+
+
+class CallableRunner(ThreadRunner):
+    """``fn(task) -> Result`` on threads: the pluggable executor of the Python API."""
+
+    kind = "callable"
+
+    def __init__(self, fn: Callable[[Task], Result], workers: int) -> None:
+        super().__init__(workers)
+        self.fn = fn
+
+    def start(self, lake: Any, project: Any, con: Any) -> None:
+        self.lake, self.project = lake, project
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="lakewrap-step")
+
+    def _run(self, task: Task, done: Done) -> None:
+        try:
+            result = self.fn(task)
+        except BaseException as exc:
+            result = task.skipped("failed", f"{task.model}: {type(exc).__name__}: {exc}")
+            result.error_class = type(exc).__name__
+        done(task, result)
+
+
+# --- worker processes (process pool and Dask) ------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}  # per process: root -> (lake, project); the cancel event; the active con
+_WORKER_LOCK = threading.Lock()
+_CANCEL = threading.Event()
+
+
+def _worker_state(root: str) -> tuple[Any, Any]:
+    with _WORKER_LOCK:
+        state = _WORKER.get(root)
+        if state is None:
+            from lakewrap.compile import load_project
+            from lakewrap.execute.lake import Lake
+
+            state = _WORKER[root] = (Lake.open(Path(root)), load_project(Path(root), None))
+        return state  # type: ignore[no-any-return]
+
+
+def worker_task(task: Task) -> Result:
+    """Run one task in a worker process (process pool or Dask): one connection per worker thread."""
+    lake, project = _worker_state(task.root)
+    # An idle DuckLake connection keeps a SQLite catalog share-locked, which blocks every other
+    # process's commit: on SQLite each task connects and closes again.
+    fresh = lake.config.catalog == "sqlite"
+    local = _WORKER.setdefault(f"local:{task.root}", threading.local())
+    con = None if fresh else getattr(local, "con", None)
+    if con is None:
+        con = lake.connect()
+        if not fresh:
+            local.con = con
+    _WORKER["active"] = con
+    try:
+        return run_task(task, con, lake, project, _CANCEL)
+    finally:
+        _WORKER.pop("active", None)
+        if fresh:
+            lake.close(con)
+
+
+def _interrupt_on_signal() -> None:
+    """In a pool process: SIGINT/SIGTERM cancel the in-flight task (a thread waits for them, since a
+    Python signal handler cannot run while the main thread is inside DuckDB)."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+
+    def wait() -> None:
+        while True:
+            signal.sigwait(signals)
+            _CANCEL.set()
+            con = _WORKER.get("active")
+            if con is not None:
+                with contextlib.suppress(Exception):
+                    con.interrupt()
+
+    threading.Thread(target=wait, daemon=True, name="lakewrap-signals").start()
+
+
+class ProcessRunner(StepRunner):
+    """A pool of spawned processes, each with its own DuckDB instance and connection."""
+
+    kind = "process"
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self.pool: Any = None
+
+    def start(self, lake: Any, project: Any, con: Any) -> None:
+        if lake.config.catalog == "duckdb":
+            raise ConfigError(
+                "the process executor needs a catalog several processes can open; this lake's is a DuckDB file",
+                location=Location("lakewrap.toml"),
+                hint="use --executor thread, or catalog = \"postgres\" or \"sqlite\"")
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_interrupt_on_signal)
+
+    def submit(self, task: Task, done: Done) -> None:
+        future: Future[Result] = self.pool.submit(worker_task, task)
+        future.add_done_callback(lambda f: done(task, _outcome(task, f)))
+
+    def cancel(self) -> None:
+        for proc in list(getattr(self.pool, "_processes", {}).values()):
+            with contextlib.suppress(OSError, AttributeError):
+                os.kill(proc.pid, signal.SIGTERM)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _outcome(task: Task, future: Any) -> Result:
+    try:
+        result = future.result()
+        assert isinstance(result, Result)
+        return result
+    except BaseException as exc:  # the worker died or the task could not run
+        result = task.skipped("failed", f"{task.model}: the worker failed: {type(exc).__name__}: {exc}")
+        result.error_class = type(exc).__name__
+        return result
+
+
+class DaskRunner(StepRunner):
+    """One Dask task per step on a ``distributed`` scheduler (``address``) or a LocalCluster."""
+
+    kind = "dask"
+
+    def __init__(self, workers: int, address: str | None = None) -> None:
+        self.workers = max(1, workers)
+        self.address = address
+        self.client: Any = None
+        self.cluster: Any = None
+        self.futures: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def start(self, lake: Any, project: Any, con: Any) -> None:
+        if lake.config.catalog == "duckdb":
+            raise ConfigError(
+                "the dask executor needs a catalog every worker can open; this lake's is a DuckDB file",
+                location=Location("lakewrap.toml"), hint="use catalog = \"postgres\" (data on S3 for several machines)")
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise ConfigError("the dask executor needs the `distributed` package",
+                              hint="pip install 'lakewrap[dask]'") from None
+        if self.address:
+            self.client = Client(self.address)  # type: ignore[no-untyped-call]
+        else:
+            self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
+                                        processes=True, dashboard_address=None)
+            self.client = Client(self.cluster)  # type: ignore[no-untyped-call]
+
+    def submit(self, task: Task, done: Done) -> None:
+        key = f"lakewrap-{task.run_id}-{task.target}-{task.partition}"
+        future = self.client.submit(worker_task, task, key=key, pure=False, retries=0)
+        with self.lock:
+            self.futures[key] = future
+
+        def finished(f: Any) -> None:
+            with self.lock:
+                self.futures.pop(key, None)
+            done(task, _outcome(task, f))
+
+        future.add_done_callback(finished)
+
+    def cancel(self) -> None:
+        with self.lock:
+            pending = [f for f in self.futures.values() if f.status == "pending"]
+        if pending:
+            self.client.cancel(pending)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def make_runner(kind: str | Callable[[Task], Result] | StepRunner, workers: int, catalog: str,
+                scheduler: str | None = None) -> StepRunner:
+    """The step runner for ``--executor`` (``auto`` is ``thread``).
+
+    On a SQLite catalog ``auto`` stays one process (one step at a time): parallel writer processes
+    work there, but SQLite serializes every commit and answers overlapping ones with "database is
+    locked", so they mostly wait and retry (see docs/running.md).
+    """
+    if isinstance(kind, StepRunner):
+        return kind
+    if callable(kind):
+        return CallableRunner(kind, workers)
+    if kind == "auto":
+        kind = "thread"
+    match kind:
+        case "thread":
+            return ThreadRunner(workers)
+        case "process":
+            return ProcessRunner(workers)
+        case "dask":
+            return DaskRunner(workers, scheduler)
+    raise ConfigError(f"unknown executor `{kind}`", hint="use auto, thread, process or dask")
+
+
+def completions() -> queue.Queue[tuple[Task, Result]]:
+    return queue.Queue()
