@@ -15,11 +15,10 @@ Values are named parameters; times are ISO 8601 text (portable to all three data
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from sqlglot import exp
-
-from lakewrap.compilers import sql as q
+if TYPE_CHECKING:
+    from sqlglot import exp
 
 Dialect = Literal["duckdb", "sqlite"]
 
@@ -54,18 +53,32 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 
 
 def _table(name: str, catalog: str | None) -> exp.Table:
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
     return exp.Table(this=q.ident(name), catalog=q.ident(catalog) if catalog else None)
 
 
 def _render(node: exp.Expr, dialect: Dialect) -> str:
+
+    from lakewrap.compilers import sql as q
+
     return q.render(node) if dialect == "duckdb" else node.sql(dialect="sqlite")
 
 
 RUNLOG_ALIAS = "__lakewrap_runlog"
 
+# Each builder imports sqlglot itself: the runner reaches them through lakewrap.execute.statements,
+# so a warm run takes their text from the compile cache and never imports sqlglot.
+
 
 def attach_sqlite(path: str) -> str:
     """``ATTACH '<path>' AS __lakewrap_runlog (TYPE sqlite, READ_ONLY)``: a SQLite catalog's run log."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
     return q.render(q.command("ATTACH", exp.Literal.string(path), "AS", q.ident(RUNLOG_ALIAS),
                               "(TYPE sqlite, READ_ONLY)"))
 
@@ -77,6 +90,10 @@ def metadata_catalog(alias: str) -> str:
 
 def ddl(dialect: Dialect, catalog: str | None = None) -> list[str]:
     """``CREATE TABLE IF NOT EXISTS`` for the four run-log tables."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
     out = []
     for name, columns in TABLES.items():
         schema = exp.Schema(this=_table(name, catalog), expressions=[
@@ -87,6 +104,10 @@ def ddl(dialect: Dialect, catalog: str | None = None) -> list[str]:
 
 def insert(name: str, dialect: Dialect, catalog: str | None = None) -> str:
     """``INSERT INTO <name> (cols) VALUES (:col, ...)``; parameters are named like the columns."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
     cols = [c for c, _ in TABLES[name]]
     node = exp.insert(exp.Values(expressions=[exp.Tuple(expressions=[q.param(c) for c in cols])]),
                       _table(name, catalog), columns=[q.ident(c) for c in cols])
@@ -96,6 +117,10 @@ def insert(name: str, dialect: Dialect, catalog: str | None = None) -> str:
 def insert_from(name: str, source: str, catalog: str) -> str:
     """``INSERT INTO <catalog>.<name> (cols) SELECT cols FROM <source>``: a flush's rows of one table,
     registered as an Arrow table (one statement per table instead of one per row)."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
     cols = [c for c, _ in TABLES[name]]
     node = exp.insert(exp.select(*[q.col(c) for c in cols]).from_(exp.Table(this=q.ident(source))),
                       _table(name, catalog), columns=[q.ident(c) for c in cols])
@@ -104,12 +129,20 @@ def insert_from(name: str, source: str, catalog: str) -> str:
 
 def delete_run(dialect: Dialect, catalog: str | None = None) -> str:
     """Remove a run's row (it is re-inserted with its new status): ``DELETE ... WHERE run_id = :run_id``."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
     node = exp.delete(_table(RUNS, catalog), where=exp.EQ(this=q.col("run_id"), expression=q.param("run_id")))
     return _render(node, dialect)
 
 
 def select_run(dialect: Dialect, catalog: str | None = None) -> str:
     """A run's row, by ``:run_id``."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
     cols = [q.col(c) for c, _ in TABLES[RUNS]]
     node = exp.select(*cols).from_(_table(RUNS, catalog)).where(
         exp.EQ(this=q.col("run_id"), expression=q.param("run_id")))
@@ -118,6 +151,10 @@ def select_run(dialect: Dialect, catalog: str | None = None) -> str:
 
 def expose_view(name: str, catalog: str) -> str:
     """``CREATE OR REPLACE TEMP VIEW <name> AS SELECT * FROM <catalog>.<name>`` (read-only sessions)."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
     node = exp.Create(this=exp.Table(this=q.ident(name)), kind="VIEW", replace=True,
                       properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
                       expression=exp.select(exp.Star()).from_(_table(name, catalog)))
@@ -126,6 +163,9 @@ def expose_view(name: str, catalog: str) -> str:
 
 def committed_partitions() -> str:
     """Partitions of ``$target`` committed by run ``$run_id`` (read from lakewrap.materializations)."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
     from lakewrap.compilers.lake import MATERIALIZATIONS, STATE_SCHEMA
 
     node = exp.select(q.col("partition_value")).distinct().from_(q.table(STATE_SCHEMA, MATERIALIZATIONS)).where(
@@ -136,6 +176,9 @@ def committed_partitions() -> str:
 
 def partitions_with_sha() -> str:
     """Partitions of ``$target`` ever materialized with compiled SQL ``$sql_sha256``."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
     from lakewrap.compilers.lake import MATERIALIZATIONS, STATE_SCHEMA
 
     node = exp.select(q.col("partition_value")).distinct().from_(q.table(STATE_SCHEMA, MATERIALIZATIONS)).where(

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap import __version__
-from lakewrap.compilers import lake as lsql
 from lakewrap.compilers import runlog as rsql
+from lakewrap.execute import statements as stmts
 from lakewrap.execute.lake import CONNECT_RETRY, Lake
 from lakewrap.execute.retry import retrying
 
@@ -52,19 +52,19 @@ def sqlite_runlog_path(lake: Lake) -> Path:
 
 def expose(con: Any, lake: Lake) -> None:
     """Make the run-log tables readable by their short names (temporary views) in a read session."""
-    catalog = rsql.metadata_catalog(lake.alias)
+    catalog = stmts.metadata_catalog(lake.alias)
     if lake.config.catalog == "sqlite":
         path = sqlite_runlog_path(lake)
         if not path.exists():
             return
         try:
-            con.execute(rsql.attach_sqlite(str(path)))
+            con.execute(stmts.attach_sqlite(str(path)))
         except Exception:
             return
         catalog = rsql.RUNLOG_ALIAS
     for name in rsql.TABLES:
         with suppress(Exception):  # a lake that never ran anything has no run log yet
-            con.execute(rsql.expose_view(name, catalog))
+            con.execute(stmts.expose_view(name, catalog))
 
 
 class _Backend:
@@ -93,8 +93,8 @@ def _arrow_schema(table: str) -> Any:
 class _DuckDBBackend(_Backend):
     def __init__(self, con: Any, alias: str) -> None:
         self.con = con
-        self.catalog = rsql.metadata_catalog(alias)
-        for stmt in rsql.ddl("duckdb", self.catalog):
+        self.catalog = stmts.metadata_catalog(alias)
+        for stmt in stmts.ddl("duckdb", self.catalog):
             self._ddl(stmt)
 
     def _ddl(self, stmt: str) -> None:
@@ -111,26 +111,26 @@ class _DuckDBBackend(_Backend):
         frames = {t: pa.Table.from_pylist(r, schema=_arrow_schema(t)) for t, r in by_table.items()}
 
         def once() -> None:
-            self.con.execute(lsql.BEGIN)
+            self.con.execute(stmts.BEGIN)
             try:
                 if replace_run is not None:
-                    self.con.execute(rsql.delete_run("duckdb", self.catalog), {"run_id": replace_run})
+                    self.con.execute(stmts.delete_run("duckdb", self.catalog), {"run_id": replace_run})
                 for table, frame in frames.items():
                     self.con.register(_SOURCE, frame)
                     try:
-                        self.con.execute(rsql.insert_from(table, _SOURCE, self.catalog))
+                        self.con.execute(stmts.insert_from(table, _SOURCE, self.catalog))
                     finally:
                         self.con.unregister(_SOURCE)
-                self.con.execute(lsql.COMMIT)
+                self.con.execute(stmts.COMMIT)
             except Exception:
                 with suppress(Exception):
-                    self.con.execute(lsql.ROLLBACK)
+                    self.con.execute(stmts.ROLLBACK)
                 raise
 
         retrying(once, CONNECT_RETRY)
 
     def read_run(self, run_id: str) -> dict[str, Any] | None:
-        cursor = self.con.execute(rsql.select_run("duckdb", self.catalog), {"run_id": run_id})
+        cursor = self.con.execute(stmts.select_run("duckdb", self.catalog), {"run_id": run_id})
         row = cursor.fetchone()
         return dict(zip([d[0] for d in cursor.description], row, strict=True)) if row else None
 
@@ -138,16 +138,16 @@ class _DuckDBBackend(_Backend):
 class _SQLiteBackend(_Backend):
     def __init__(self, path: Path) -> None:
         self.db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-        for stmt in rsql.ddl("sqlite"):
+        for stmt in stmts.ddl("sqlite"):
             self.db.execute(stmt)
 
     def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             if replace_run is not None:
-                self.db.execute(rsql.delete_run("sqlite"), {"run_id": replace_run})
+                self.db.execute(stmts.delete_run("sqlite"), {"run_id": replace_run})
             for table, row in rows:
-                self.db.execute(rsql.insert(table, "sqlite"), row)
+                self.db.execute(stmts.insert(table, "sqlite"), row)
             self.db.execute("COMMIT")
         except Exception:
             with suppress(Exception):
@@ -155,7 +155,7 @@ class _SQLiteBackend(_Backend):
             raise
 
     def read_run(self, run_id: str) -> dict[str, Any] | None:
-        cursor = self.db.execute(rsql.select_run("sqlite"), {"run_id": run_id})
+        cursor = self.db.execute(stmts.select_run("sqlite"), {"run_id": run_id})
         row = cursor.fetchone()
         return dict(zip([d[0] for d in cursor.description], row, strict=True)) if row else None
 

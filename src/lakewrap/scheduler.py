@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap.compile import _Cache, compile_plan, load_project
-from lakewrap.compilers import runlog as rsql
 from lakewrap.config import load_config
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
+from lakewrap.execute import statements as stmts
 from lakewrap.execute.executor import Result
 from lakewrap.execute.lake import Lake
 from lakewrap.project import Project
@@ -150,12 +150,12 @@ def build_steps(project: Project, selected: Sequence[ModelSpec], partitions: Seq
 
 
 def committed_partitions(con: Any, run_id: str, target: str) -> set[str | None]:
-    rows = con.execute(rsql.committed_partitions(), {"run_id": run_id, "target": target}).fetchall()
+    rows = con.execute(stmts.committed_partitions(), {"run_id": run_id, "target": target}).fetchall()
     return {r[0] for r in rows}
 
 
 def materialized_with_sha(con: Any, target: str, sha: str) -> set[str | None]:
-    rows = con.execute(rsql.partitions_with_sha(), {"target": target, "sql_sha256": sha}).fetchall()
+    rows = con.execute(stmts.partitions_with_sha(), {"target": target, "sql_sha256": sha}).fetchall()
     return {r[0] for r in rows}
 
 
@@ -322,6 +322,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
             con = None
         else:
             stack.callback(lake.close, con)
+        if runner.kind == "thread":
+            runner.cache = prep.cache
         runner.start(lake, prep.project, con)
         stack.callback(runner.close)
         todo = [s for s in prep.steps if s.status == "pending"]
@@ -354,8 +356,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 report.run_log_errors = log.errors
         finally:
             restore()
-        if prep.cache is not None:
-            prep.cache.save()
+    if prep.cache is not None:
+        prep.cache.save()  # after the lake and the run log are closed: it remembers their statements too
     write_results(root, folder, report)
     if progress:
         progress("end", report)

@@ -32,8 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from lakewrap.compilers import lake as sql
 from lakewrap.errors import ConfigError, ExecutionError, Location
+from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Executor, Result, RetryPolicy
 
 CANCELLED_CLASSES = ("RunCancelled", "InterruptException")
@@ -79,15 +79,19 @@ class Guarded:
         return getattr(self._con, name)
 
 
-def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading.Event) -> Result:
-    """Plan, compile and execute one step on ``con``; never raises for model or data errors."""
+def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading.Event, cache: Any = None) -> Result:
+    """Plan, compile and execute one step on ``con``; never raises for model or data errors.
+
+    ``cache`` is the coordinator's compile cache, for steps run in its process (threads): the
+    statements come from it, and what they compile is saved with it.
+    """
     from lakewrap.runner import materialize_spec
 
     spec = project.models[task.target]
     executor = Executor(lake, task.run_id, Path(task.root) / "target" / "run" / task.run_id,
                         policy=RetryPolicy(attempts=task.attempts), strict=task.strict)
     result = materialize_spec(Guarded(con, cancelled), executor, spec, task.partition,
-                              datetime.fromisoformat(task.now), None, drop_first=task.drop_first)
+                              datetime.fromisoformat(task.now), cache, drop_first=task.drop_first)
     if result.status == "failed" and cancelled.is_set() and result.error_class in CANCELLED_CLASSES:
         result.status = "cancelled"
     return result
@@ -101,6 +105,7 @@ class StepRunner:
 
     kind = "base"
     workers = 1
+    cache: Any = None  # the compile cache, set by the scheduler for runners in its own process
 
     def start(self, lake: Any, project: Any, con: Any) -> None:
         """Called once before the first task, with the coordinator's lake, project and connection
@@ -154,7 +159,7 @@ class ThreadRunner(StepRunner):
             with self.lock:
                 self.active[threading.get_ident()] = con
             try:
-                result = run_task(task, con, self.lake, self.project, self.cancelled)
+                result = run_task(task, con, self.lake, self.project, self.cancelled, self.cache)
             finally:
                 with self.lock:
                     self.active.pop(threading.get_ident(), None)

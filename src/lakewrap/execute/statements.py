@@ -7,7 +7,8 @@ cache (``target/cache``, keyed by lakewrap's and sqlglot's code like the models'
 warm run takes every statement from there and never imports sqlglot.
 
 Use this module as you would :mod:`lakewrap.compilers.lake` (``statements.fence_update(target)``);
-it also serves the builders of :mod:`lakewrap.compilers.schema` (``statements.columns_query()``).
+it also serves the builders of :mod:`lakewrap.compilers.schema` (``statements.columns_query()``) and
+:mod:`lakewrap.compilers.runlog` (``statements.ddl("duckdb", catalog)``).
 The S3 secret, which carries credentials, is never remembered: it is built afresh each time.
 """
 
@@ -48,14 +49,14 @@ def saved() -> None:
 
 
 def _builder(name: str) -> Callable[..., Any]:
-    """The builder ``name`` in :mod:`lakewrap.compilers.lake` or :mod:`lakewrap.compilers.schema`."""
-    from lakewrap.compilers import lake
+    """The builder ``name`` of :mod:`lakewrap.compilers.lake`, ``.schema`` or ``.runlog``."""
+    import importlib
 
-    if hasattr(lake, name):
-        return getattr(lake, name)  # type: ignore[no-any-return]
-    from lakewrap.compilers import schema
-
-    return getattr(schema, name)  # type: ignore[no-any-return]
+    for module in ("lake", "schema", "runlog"):
+        found = getattr(importlib.import_module(f"lakewrap.compilers.{module}"), name, None)
+        if callable(found):
+            return found  # type: ignore[no-any-return]
+    raise AttributeError(f"no statement builder named {name!r}")
 
 
 def __getattr__(name: str) -> Callable[..., Any]:
