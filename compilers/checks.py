@@ -51,9 +51,9 @@ def scope(plan: Plan, compiler: Compiler) -> exp.Expr | None:
 
 def scoped_rows(plan: Plan, compiler: Compiler, condition: exp.Expr | None = None) -> exp.Select:
     """``SELECT * FROM <target> AS t WHERE <scope> [AND <condition>]``."""
-    sel = exp.select(exp.Star()).from_(q.aliased(compiler.target(plan), ROW))
+    sel = exp.select(exp.Star()).from_(q.aliased(compiler.target(plan), ROW), copy=False)
     conds = [c for c in (scope(plan, compiler), condition) if c is not None]
-    return sel.where(q.and_all(conds)) if conds else sel
+    return sel.where(q.and_all(conds), copy=False) if conds else sel
 
 
 def _is_null(name: str) -> exp.Expr:
@@ -71,11 +71,11 @@ def _unique(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
     names = test.args["columns"]
     # NULL is not a value that can repeat: rows with a NULL in the key are not compared (not_null is)
     present = q.and_all(_not(_is_null(c)) for c in names)
-    inner = scoped_rows(plan, compiler, present).subquery(q.ident(ROW))
+    inner = scoped_rows(plan, compiler, present).subquery(q.ident(ROW), copy=False)
     cols = [q.col(c) for c in names]
     return (exp.select(*cols, exp.alias_(q.count_star(), "occurrences", quoted=True))
-            .from_(inner).group_by(*(c.copy() for c in cols))
-            .having(exp.GT(this=q.count_star(), expression=exp.Literal.number(1))))
+            .from_(inner, copy=False).group_by(*(c.copy() for c in cols), copy=False)
+            .having(exp.GT(this=q.count_star(), expression=exp.Literal.number(1)), copy=False))
 
 
 def _not_null(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
@@ -103,8 +103,8 @@ def _row_count(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
     if "max" in test.args:
         bounds.append(exp.LTE(this=q.count_star(), expression=exp.Literal.number(test.args["max"])))
     return (exp.select(exp.alias_(q.count_star(), "row_count", quoted=True))
-            .from_(scoped_rows(plan, compiler).subquery(q.ident(ROW)))
-            .having(_not(q.and_all(bounds))))
+            .from_(scoped_rows(plan, compiler).subquery(q.ident(ROW), copy=False), copy=False)
+            .having(_not(q.and_all(bounds)), copy=False))
 
 
 def _expression(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
@@ -185,7 +185,8 @@ def test_name(test: TestSpec) -> str:
 def test_statement(rows: exp.Query) -> exp.Select:
     """``SELECT count(*) OVER () AS __lakewrap_failures, * FROM (<rows>) AS failing LIMIT 20``."""
     total = exp.alias_(exp.Window(this=q.count_star()), FAILURES, quoted=True)
-    return exp.select(total, exp.Star()).from_(rows.subquery(q.ident("failing"))).limit(SAMPLE_ROWS)
+    sel = exp.select(total, exp.Star()).from_(rows.subquery(q.ident("failing"), copy=False), copy=False)
+    return sel.limit(exp.Literal.number(SAMPLE_ROWS), copy=False)  # a literal: an int would be parsed
 
 
 def test_shapes(plan: Plan, compiler: Compiler) -> list[Shape]:
