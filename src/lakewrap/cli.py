@@ -257,6 +257,62 @@ def _emit_tests(report: Any) -> None:
                 _say(f"{t.status}:", t.summary(), styles[t.status])
 
 
+@main.command("backfill")
+@click.argument("selectors", nargs=-1)
+@click.option("--start", required=True, help="First partition (inclusive).")
+@click.option("--end", required=True, help="Last partition (inclusive).")
+@click.option("--exclude", multiple=True, help="Selectors to leave out.")
+@click.option("--missing-only", is_flag=True, help="Skip partitions already materialized with the same SQL.")
+@click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
+@click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
+@click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@parallel_options
+@project_option
+@handled
+def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tuple[str, ...], missing_only: bool,
+                 fail_fast: bool, strict: bool, now: str | None, fmt: str, workers: int | None, executor: str,
+                 scheduler: str | None, project: Path) -> None:
+    """Materialize every partition from --start to --end, in dependency order per partition."""
+    from lakewrap.progress import for_terminal, summary
+    from lakewrap.runner import run_project
+
+    report = run_project(project, selectors, exclude=exclude, start=start, end=end, strict=strict,
+                         now=logical_time(now), workers=workers, executor=executor, scheduler=scheduler,
+                         fail_fast=fail_fast, missing_only=missing_only, command="backfill",
+                         progress=for_terminal(fmt))
+    _emit_summary(report, fmt, summary(report))
+
+
+@main.command("resume")
+@click.argument("run_id")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@parallel_options
+@project_option
+@handled
+def resume_cmd(run_id: str, fmt: str, workers: int | None, executor: str, scheduler: str | None,
+               project: Path) -> None:
+    """Re-run a failed, cancelled or killed run, skipping what it committed (read from the lake)."""
+    from lakewrap.progress import for_terminal, summary
+    from lakewrap.scheduler import resume
+
+    report = resume(project, run_id, workers=workers, executor=executor, scheduler=scheduler,
+                    progress=for_terminal(fmt))
+    _emit_summary(report, fmt, summary(report))
+
+
+def _emit_summary(report: Any, fmt: str, line: str) -> None:
+    if fmt == "json":
+        _emit_run(report, fmt)
+        return
+    for r in report.results:
+        if r.status == "failed" and r.error:
+            _say("failed:", f"{r.target} {r.partition or ''}: {r.error.splitlines()[0]}", "red")
+    sys.stdout.write(line + "\n")
+    if not report.ok:
+        sys.exit(1)
+
+
 @main.command("seed")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @project_option

@@ -84,10 +84,14 @@ _SOURCE = "__lakewrap_runlog_rows"
 _ARROW = {"VARCHAR": "string", "BIGINT": "int64", "DOUBLE": "float64", "BOOLEAN": "bool"}
 
 
-def _arrow_schema(table: str) -> Any:
+SMALL_FLUSH = 64  # rows; above this a flush goes through Arrow
+
+
+def _arrow_table(table: str, rows: list[dict[str, Any]]) -> Any:
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    return pa.schema([(c, pa.type_for_alias(_ARROW[t])) for c, t in rsql.TABLES[table]])
+    schema = pa.schema([(c, pa.type_for_alias(_ARROW[t])) for c, t in rsql.TABLES[table]])
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 class _DuckDBBackend(_Backend):
@@ -101,21 +105,24 @@ class _DuckDBBackend(_Backend):
         retrying(lambda: self.con.execute(stmt), CONNECT_RETRY)  # another run may be creating them too
 
     def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
-        import pyarrow as pa  # type: ignore[import-untyped]
-
         by_table: dict[str, list[dict[str, Any]]] = {}
         for table, row in rows:
             by_table.setdefault(table, []).append(row)
-        # one INSERT per table from an Arrow table: binding parameters row by row costs ~20 ms a
-        # statement in duckdb-python 1.5.5
-        frames = {t: pa.Table.from_pylist(r, schema=_arrow_schema(t)) for t, r in by_table.items()}
+        # A few rows (a run of a few models) are bound one by one (about 1 ms each); a big flush
+        # goes as one INSERT per table from an Arrow table, which costs importing pyarrow (~0.1 s).
+        frames = ({t: _arrow_table(t, r) for t, r in by_table.items()} if len(rows) > SMALL_FLUSH else None)
 
         def once() -> None:
             self.con.execute(stmts.BEGIN)
             try:
                 if replace_run is not None:
                     self.con.execute(stmts.delete_run("duckdb", self.catalog), {"run_id": replace_run})
-                for table, frame in frames.items():
+                if frames is None:
+                    for table, table_rows in by_table.items():
+                        insert = stmts.insert(table, "duckdb", self.catalog)
+                        for row in table_rows:
+                            self.con.execute(insert, row)
+                for table, frame in (frames or {}).items():
                     self.con.register(_SOURCE, frame)
                     try:
                         self.con.execute(stmts.insert_from(table, _SOURCE, self.catalog))
