@@ -23,6 +23,7 @@ tables as views) or from any DuckDB client: ``SELECT * FROM __ducklake_metadata_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -96,6 +97,7 @@ def _arrow_table(table: str, rows: list[dict[str, Any]]) -> Any:
 
 class _DuckDBBackend(_Backend):
     def __init__(self, con: Any, alias: str) -> None:
+        self.lock: Any = contextlib.nullcontext()
         self.con = con
         self.catalog = stmts.metadata_catalog(alias)
         for stmt in stmts.ddl("duckdb", self.catalog):
@@ -134,7 +136,11 @@ class _DuckDBBackend(_Backend):
                     self.con.execute(stmts.ROLLBACK)
                 raise
 
-        retrying(once, CONNECT_RETRY)
+        def locked() -> None:
+            with self.lock:  # the run's steps share this instance (see Lake.statement_lock)
+                once()
+
+        retrying(locked, CONNECT_RETRY)
 
     def read_run(self, run_id: str) -> dict[str, Any] | None:
         cursor = self.con.execute(stmts.select_run("duckdb", self.catalog), {"run_id": run_id})
@@ -173,7 +179,9 @@ class _SQLiteBackend(_Backend):
 def backend_for(lake: Lake, con: Any) -> _Backend:
     if lake.config.catalog == "sqlite":
         return _SQLiteBackend(sqlite_runlog_path(lake))
-    return _DuckDBBackend(con, lake.alias)
+    backend = _DuckDBBackend(con, lake.alias)
+    backend.lock = lake.statement_lock
+    return backend
 
 
 def read_run(lake: Lake, con: Any, run_id: str) -> dict[str, Any] | None:

@@ -66,14 +66,16 @@ class Task:
 class Guarded:
     """A real DuckDB connection that refuses every statement but ROLLBACK once the run is cancelled."""
 
-    def __init__(self, con: Any, cancelled: threading.Event) -> None:
+    def __init__(self, con: Any, cancelled: threading.Event, lock: Any = None) -> None:
         self._con = con
         self._cancelled = cancelled
+        self._lock = lock if lock is not None else contextlib.nullcontext()
 
     def execute(self, statement: str, *args: Any) -> Any:
         if self._cancelled.is_set() and statement != sql.ROLLBACK:
             raise RunCancelled("the run was cancelled", hint="resume it with `lakewrap resume RUN_ID`")
-        return self._con.execute(statement, *args)
+        with self._lock:  # one statement at a time on a shared instance (see Lake.statement_lock)
+            return self._con.execute(statement, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
@@ -90,7 +92,8 @@ def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading
     spec = project.models[task.target]
     executor = Executor(lake, task.run_id, Path(task.root) / "target" / "run" / task.run_id,
                         policy=RetryPolicy(attempts=task.attempts), strict=task.strict)
-    result = materialize_spec(Guarded(con, cancelled), executor, spec, task.partition,
+    lock = lake.statement_lock if getattr(lake, "_shared", None) is not None else None
+    result = materialize_spec(Guarded(con, cancelled, lock), executor, spec, task.partition,
                               datetime.fromisoformat(task.now), cache, drop_first=task.drop_first)
     if result.status == "failed" and cancelled.is_set() and result.error_class in CANCELLED_CLASSES:
         result.status = "cancelled"
@@ -123,16 +126,14 @@ class StepRunner:
 
 
 class ThreadRunner(StepRunner):
-    """Threads of this process; each has its own cursor of the lake's shared DuckDB instance."""
+    """Threads of this process; each step runs on its own cursor of the lake's shared DuckDB instance."""
 
     kind = "thread"
 
     def __init__(self, workers: int) -> None:
         self.workers = max(1, workers)
         self.cancelled = threading.Event()
-        self.local = threading.local()
         self.active: dict[int, Any] = {}
-        self.cons: list[Any] = []
         self.lock = threading.Lock()
         self.pool: ThreadPoolExecutor | None = None
         self.single: Any = None
@@ -144,14 +145,15 @@ class ThreadRunner(StepRunner):
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="lakewrap-step")
 
     def _con(self) -> Any:
+        """The connection of one step: a new cursor (the coordinator's own connection on SQLite).
+
+        A cursor per step, opened and closed in the step's thread: closing worker-thread cursors
+        from the coordinator afterwards aborted the process once with DuckDB 1.5.5 (not reproduced).
+        """
         if self.single is not None:
             return self.single
-        con = getattr(self.local, "con", None)
-        if con is None:
-            con = self.local.con = self.lake.connect()
-            with self.lock:
-                self.cons.append(con)
-        return con
+        with self.lake.statement_lock:
+            return self.lake.connect()
 
     def _run(self, task: Task, done: Done) -> None:
         try:
@@ -163,6 +165,12 @@ class ThreadRunner(StepRunner):
             finally:
                 with self.lock:
                     self.active.pop(threading.get_ident(), None)
+                if self.single is None:
+                    with self.lake.statement_lock:
+                        with contextlib.suppress(Exception):  # a failure may have left its transaction open
+                            con.execute(sql.ROLLBACK)
+                        with contextlib.suppress(Exception):
+                            self.lake.close(con)
         except BaseException as exc:  # a bug or a lost connection: report it as the step's failure
             result = task.skipped("failed", f"{task.model}: {type(exc).__name__}: {exc}")
             result.error_class = type(exc).__name__
@@ -182,10 +190,6 @@ class ThreadRunner(StepRunner):
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
-        if self.single is None:
-            for con in self.cons:
-                with contextlib.suppress(Exception):
-                    self.lake.close(con)
 
 
 class CallableRunner(ThreadRunner):
