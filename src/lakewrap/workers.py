@@ -92,7 +92,7 @@ def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading
     spec = project.models[task.target]
     executor = Executor(lake, task.run_id, Path(task.root) / "target" / "run" / task.run_id,
                         policy=RetryPolicy(attempts=task.attempts), strict=task.strict)
-    lock = lake.statement_lock if getattr(lake, "_shared", None) is not None else None
+    lock = lake.statement_lock if lake.is_shared else None
     result = materialize_spec(Guarded(con, cancelled, lock), executor, spec, task.partition,
                               datetime.fromisoformat(task.now), cache, drop_first=task.drop_first)
     if result.status == "failed" and cancelled.is_set() and result.error_class in CANCELLED_CLASSES:

@@ -104,6 +104,11 @@ class Lake:
             return cursor
         return self._open()
 
+    @property
+    def is_shared(self) -> bool:
+        """Whether ``connect()`` hands out cursors of one shared instance (inside ``shared()``)."""
+        return self._shared is not None
+
     @contextmanager
     def shared(self) -> Iterator[Lake]:
         """Let threads share one DuckDB instance: inside the block ``connect()`` returns cursors of it.
