@@ -189,20 +189,22 @@ def parallel_options(fn: F) -> F:
 @click.option("--full-refresh", is_flag=True, help="Drop and rebuild the selected targets.")
 @click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
+@click.option("--stale", is_flag=True, help="Only the partitions whose upstream data changed since they were "
+              "built (DuckLake change feeds; docs/maintenance.md).")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @parallel_options
 @project_option
 @handled
 def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
-            end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, now: str | None, fmt: str,
-            workers: int | None, executor: str, scheduler: str | None, project: Path) -> None:
+            end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, stale: bool, now: str | None,
+            fmt: str, workers: int | None, executor: str, scheduler: str | None, project: Path) -> None:
     """Materialize the selected models in dependency order, one transaction per partition."""
     from lakewrap.runner import run_project
 
     report = run_project(project, selectors, exclude=exclude, partition=partition, start=start, end=end,
                          full_refresh=full_refresh, strict=strict, now=logical_time(now), workers=workers,
-                         executor=executor, scheduler=scheduler, fail_fast=fail_fast)
+                         executor=executor, scheduler=scheduler, fail_fast=fail_fast, stale=stale)
     _emit_run(report, fmt)
 
 

@@ -161,6 +161,7 @@ def run_project(
     missing_only: bool = False,
     command: str = "run",
     progress: Any = None,
+    stale: bool = False,
 ) -> RunReport:
     """Materialize the selected models of the project at ``root`` (see :mod:`lakewrap.scheduler`).
 
@@ -178,7 +179,8 @@ def run_project(
         unsupported = [name for name, given in (("--workers", workers is not None),
                                                 ("--executor", executor != "auto"),
                                                 ("--scheduler", scheduler is not None),
-                                                ("--fail-fast", fail_fast), ("--missing-only", missing_only))
+                                                ("--fail-fast", fail_fast), ("--missing-only", missing_only),
+                                                ("--stale", stale))
                        if given]
         if unsupported:  # the Iceberg runner is serial and knows none of these yet: refuse, never ignore
             raise PlanError(f"{', '.join(unsupported)}: not supported on Iceberg yet",
@@ -192,7 +194,7 @@ def run_project(
     opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
                             end=end, full_refresh=full_refresh, strict=strict, now=now, workers=workers,
                             executor=executor, scheduler=scheduler, fail_fast=fail_fast,
-                            missing_only=missing_only, command=command)
+                            missing_only=missing_only, command=command, stale=stale)
     return sched.run(root, opts, run_id=run_id, progress=progress)
 
 

@@ -66,12 +66,13 @@ class RunOptions:
     fail_fast: bool = False
     missing_only: bool = False
     command: str = "run"
+    stale: bool = False  # only the partitions whose inputs changed since they were built (lakewrap.stale)
 
     def to_args(self) -> dict[str, Any]:
         return {"selectors": list(self.selectors), "exclude": list(self.exclude), "partition": self.partition,
                 "start": self.start, "end": self.end, "full_refresh": self.full_refresh, "strict": self.strict,
                 "now": self.now.isoformat() if self.now else None, "fail_fast": self.fail_fast,
-                "missing_only": self.missing_only, "command": self.command}
+                "missing_only": self.missing_only, "command": self.command, "stale": self.stale}
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> RunOptions:
@@ -80,7 +81,7 @@ class RunOptions:
                    partition=args.get("partition"), start=args.get("start"), end=args.get("end"),
                    full_refresh=bool(args.get("full_refresh")), strict=bool(args.get("strict")), now=now,
                    fail_fast=bool(args.get("fail_fast")), missing_only=bool(args.get("missing_only")),
-                   command=args.get("command") or "run")
+                   command=args.get("command") or "run", stale=bool(args.get("stale")))
 
 
 def default_workers() -> int:
@@ -289,7 +290,13 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
     cache = _Cache.open(root, True)
     project = load_project(root, cache)
     selected = project.select(opts.selectors, opts.exclude)
-    partitions = plan_partitions(selected, opts.partition, opts.start, opts.end)
+    if opts.stale:
+        from lakewrap.stale import plan_stale
+
+        selected, partitions, _ = plan_stale(root, project, selected, partition=opts.partition, start=opts.start,
+                                             end=opts.end, full_refresh=opts.full_refresh)
+    else:
+        partitions = plan_partitions(selected, opts.partition, opts.start, opts.end)
     check_grains(project, selected)
     config = load_config(root)
     workers = opts.workers or config.run.workers or default_workers()

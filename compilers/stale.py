@@ -1,0 +1,185 @@
+"""SQL for ``lakewrap run --stale``: which materialized partitions did an upstream change touch?
+
+Pure, like every compiler module: it reads a model's SELECT (a sqlglot AST) and builds the queries
+that :mod:`lakewrap.stale` runs against DuckLake's change feed (``ducklake_table_changes``).
+
+The mapping from a changed upstream row to a downstream partition is the model's *own* window
+filter. For each reference to the upstream table in the SELECT, the ``WHERE`` conjuncts of the
+enclosing ``SELECT`` that compare an expression over that reference's columns with
+``$partition_start`` / ``$partition_end`` / ``$partition_value`` are collected; a changed row
+touches a partition when it satisfies that reference's conjuncts with the partition's recorded
+window in place of the parameters (the very test the model applied when it read the row). When a
+reference has no such conjunct (a join partner, a subquery without the filter, a filter under
+``OR``), the mapping is unknown and the caller treats every materialized partition as stale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from lakewrap.compilers import sql as q
+from lakewrap.compilers.base import naive_bounds
+
+WINDOW_PARAMS = {"partition_start": "window_start", "partition_end": "window_end",
+                 "partition_value": "partition_value"}
+CHANGES = "c"  # alias of the change feed
+LATEST = "l"  # alias of the latest materialization per partition
+
+
+@dataclass(frozen=True)
+class WindowFilter:
+    """How a model reads one upstream table: one predicate per reference (None: not derivable)."""
+
+    table: str  # schema.name
+    predicates: tuple[exp.Expr | None, ...]
+
+    @property
+    def precise(self) -> bool:
+        return bool(self.predicates) and all(p is not None for p in self.predicates)
+
+
+def parse_select(text: str) -> exp.Expr:
+    import sqlglot
+
+    return sqlglot.parse_one(text, read="duckdb")
+
+
+def _conjuncts(node: exp.Expr | None) -> list[exp.Expr]:
+    if node is None:
+        return []
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return _conjuncts(node.left) + _conjuncts(node.right)
+    return [node]
+
+
+def _table_key(tbl: exp.Table, default_schema: str) -> str:
+    return f"{tbl.db or default_schema}.{tbl.name}".lower()
+
+
+def window_filters(select: exp.Expr, tables: list[str], default_schema: str = "main") -> dict[str, WindowFilter]:
+    """For each of ``tables`` (``schema.name``), the window predicates of its references in ``select``.
+
+    A predicate is returned over unqualified column names of that table and the placeholders
+    ``$partition_start|end|value``; it is None for a reference without any window conjunct.
+    """
+    ctes = {c.alias_or_name.lower() for c in select.find_all(exp.CTE)}
+    out: dict[str, list[exp.Expr | None]] = {t.lower(): [] for t in tables}
+    for tbl in select.find_all(exp.Table):
+        if not tbl.db and tbl.name.lower() in ctes:
+            continue
+        key = _table_key(tbl, default_schema)
+        if key not in out:
+            continue
+        out[key].append(_reference_predicate(tbl))
+    return {k: WindowFilter(k, tuple(v)) for k, v in out.items()}
+
+
+def _reference_predicate(tbl: exp.Table) -> exp.Expr | None:
+    owner = tbl.find_ancestor(exp.Select)
+    if owner is None:
+        return None
+    sources = [t for t in owner.find_all(exp.Table) if t.find_ancestor(exp.Select) is owner]
+    names = {tbl.alias_or_name.lower()}
+    kept: list[exp.Expr] = []
+    for conj in _conjuncts(owner.args.get("where") and owner.args["where"].this):
+        if not any(ph.name in WINDOW_PARAMS for ph in conj.find_all(exp.Placeholder)):
+            continue
+        if conj.find(exp.Select) is not None:
+            continue
+        cols = list(conj.find_all(exp.Column))
+        if not cols:
+            continue
+        if all((c.table.lower() in names) if c.table else len(sources) == 1 for c in cols):
+            kept.append(conj)
+    if not kept:
+        return None
+    pred = q.and_all([c.copy() for c in kept])
+    for c in list(pred.find_all(exp.Column)):
+        c.replace(exp.column(c.name))
+    return pred
+
+
+def _bind_to_feed(pred: exp.Expr) -> exp.Expr:
+    """``pred`` over the change feed's columns and the latest materialization's window."""
+    tree = naive_bounds(pred.copy())
+    for c in list(tree.find_all(exp.Column)):
+        c.replace(q.col(c.name, CHANGES))
+    for ph in list(tree.find_all(exp.Placeholder)):
+        ph.replace(q.col(WINDOW_PARAMS[ph.name], LATEST))
+    return tree
+
+
+def latest_materializations() -> exp.Select:
+    """The latest materialization of each partition of ``$target``: value, window, pin."""
+    pin = exp.cast(exp.func("json_extract_string", exp.column("pins"), exp.Literal.string("$.snapshot")), "BIGINT")
+    ranked = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("partition_value")],
+                        order=exp.Order(expressions=[exp.Ordered(this=exp.column("committed_at"), desc=True)]))
+    return (exp.select(exp.column("partition_value"), exp.column("window_start"), exp.column("window_end"),
+                       exp.alias_(pin, "pin"), exp.column("committed_at"))
+            .from_(q.table("lakewrap", "materializations"))
+            .where(exp.EQ(this=exp.column("target"), expression=q.param("target")))
+            .qualify(exp.EQ(this=ranked, expression=exp.Literal.number(1))))
+
+
+def latest_query() -> str:
+    """``latest_materializations`` as a statement (ordered by partition)."""
+    return q.render(latest_materializations().order_by(exp.column("partition_value")))
+
+
+def changes_feed(alias: str, schema: str, name: str) -> exp.Table:
+    """``ducklake_table_changes(alias, schema, name, $since, $until)`` as a table (aliased ``c``)."""
+    call = exp.Anonymous(this="ducklake_table_changes", expressions=[
+        q.string(alias), q.string(schema), q.string(name), q.param("since"), q.param("until")])
+    return exp.Table(this=call, alias=exp.TableAlias(this=q.ident(CHANGES)))
+
+
+def touched_partitions(alias: str, schema: str, name: str, window: WindowFilter | None) -> str:
+    """Partitions of ``$target`` (latest materialization) touched by a change of ``schema.name``
+    committed after that materialization's pin, up to ``$until``.
+
+    With a precise window filter a change touches the partitions whose recorded window its row
+    satisfies (inserted, deleted, and both images of an updated row); otherwise any change after
+    the pin touches the partition.
+    """
+    on: exp.Expr = exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.col("pin", LATEST))
+    if window is not None and window.precise:
+        on = exp.and_(on, q.or_all([exp.Paren(this=_bind_to_feed(p)) for p in window.predicates if p is not None]))
+    latest = exp.Subquery(this=latest_materializations(), alias=exp.TableAlias(this=q.ident(LATEST)))
+    select = (exp.select(exp.column("partition_value", LATEST)).distinct()
+              .from_(latest).join(changes_feed(alias, schema, name), on=on, join_type="inner"))
+    return q.render(select)
+
+
+def created_or_altered(alias: str) -> str:
+    """Snapshots after ``$since`` that created (or replaced) ``$qualified`` or altered/dropped table id
+    ``$table_id``: a change feed does not show the rows of a replaced table, nor a schema change."""
+    changes = exp.column("changes")
+
+    def contains(key: str, value: exp.Expr) -> exp.Expr:
+        return exp.func("list_contains", exp.Bracket(this=changes.copy(), expressions=[q.string(key)]), value)
+
+    cond = q.or_all([contains("tables_created", q.param("qualified")),
+                     contains("tables_altered", q.param("table_id")),
+                     contains("tables_dropped", q.param("table_id"))])
+    return q.render(exp.select(exp.Max(this=exp.column("snapshot_id")))
+                    .from_(exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)))
+                    .where(exp.and_(exp.GT(this=exp.column("snapshot_id"), expression=q.param("since")), cond)))
+
+
+def table_ids(alias: str) -> str:
+    """Table ids of ``$name`` in the lake (``ducklake_table_info``; several schemas may share a name)."""
+    return q.render(exp.select(exp.cast(exp.column("table_id"), "VARCHAR"))
+                    .from_(exp.Table(this=exp.Anonymous(this="ducklake_table_info",
+                                                        expressions=[q.string(alias)])))
+                    .where(exp.EQ(this=exp.column("table_name"), expression=q.param("name"))))
+
+
+def last_change(alias: str, schema: str, name: str) -> str:
+    """The latest snapshot in ``($since, $until]`` that changed rows of ``schema.name`` (or NULL)."""
+    return q.render(exp.select(exp.Max(this=q.col("snapshot_id", CHANGES)))
+                    .from_(changes_feed(alias, schema, name))
+                    .where(exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.param("since"))))

@@ -1,0 +1,229 @@
+"""``lakewrap run --stale``: the materialized partitions whose inputs changed since they were built.
+
+Each materialization records ``pins`` (the DuckLake snapshot its transaction read) and, for time
+partitions, the window it read (widened by ``lookback``). A partition is stale when one of its
+model's upstream tables changed after that pin, as DuckLake's change feed
+(``ducklake_table_changes``) shows, and the changed row -- inserted, deleted, or either image of
+an updated row -- falls in the partition's recorded window by the model's own window filter
+(:mod:`lakewrap.compilers.stale`). Where that mapping cannot be derived the detection is
+conservative: every materialized partition with an older pin is stale. Rebuilding a stale
+partition of a selected upstream model makes the overlapping partitions of its selected
+downstream models stale too. ``docs/maintenance.md`` lists the rules and their limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from lakewrap.errors import PlanError
+from lakewrap.partitions import Grain, parse_partition
+from lakewrap.project import Project
+from lakewrap.spec import ModelSpec, TimePartitioning, ViewStrategy
+
+
+@dataclass
+class Latest:
+    """The latest materialization of one partition (``partition`` None: an unpartitioned model)."""
+
+    partition: str | None
+    window_start: datetime | None
+    window_end: datetime | None
+    pin: int
+
+
+@dataclass
+class StaleModel:
+    """One model's stale partitions, each with why it is stale."""
+
+    target: str
+    time_partitioned: bool
+    partitions: dict[str | None, list[str]] = field(default_factory=dict)
+
+    def add(self, partition: str | None, reason: str) -> None:
+        reasons = self.partitions.setdefault(partition, [])
+        if reason not in reasons and len(reasons) < 5:
+            reasons.append(reason)
+
+    def values(self) -> list[str | None]:
+        if not self.time_partitioned:
+            return [None] if self.partitions else []
+        return sorted(p for p in self.partitions if p is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "partitions": [{"partition": p, "reasons": r}
+                                                      for p, r in sorted(self.partitions.items(), key=_order)]}
+
+
+def _order(item: tuple[str | None, list[str]]) -> str:
+    return item[0] or ""
+
+
+def _is_view(spec: ModelSpec) -> bool:
+    return isinstance(spec.strategy, ViewStrategy)
+
+
+def _sources(project: Project, spec: ModelSpec) -> list[tuple[str, bool]]:
+    """The tables ``spec`` reads, as (schema.name, read directly): views of the project are
+    replaced by the tables they read (recursively), which are then mapped conservatively."""
+    out: dict[str, bool] = {}
+    todo: list[tuple[ModelSpec, bool]] = [(spec, True)]
+    seen: set[str] = set()
+    while todo:
+        current, direct = todo.pop()
+        for ref in current.all_upstreams:
+            if ref.key == spec.target.key or ref.key in seen:
+                continue
+            seen.add(ref.key)
+            model = project.models.get(ref.key)
+            if model is not None and _is_view(model):
+                todo.append((model, False))
+                continue
+            out[f"{ref.schema_name}.{ref.name}"] = direct and out.get(f"{ref.schema_name}.{ref.name}", True)
+    return sorted(out.items())
+
+
+def latest(con: Any, target: str) -> list[Latest]:
+    from lakewrap.compilers import stale as q
+
+    rows = con.execute(q.latest_query(), {"target": target}).fetchall()
+    return [Latest(r[0], r[1], r[2], int(r[3])) for r in rows if r[3] is not None]
+
+
+def current_snapshot(con: Any, alias: str) -> int:
+    from lakewrap.compilers import lake as q
+
+    return int(con.execute(q.current_snapshot(alias)).fetchone()[0])
+
+
+def _replaced_at(con: Any, alias: str, table: str, since: int) -> int | None:
+    """The last snapshot after ``since`` that created (replaced), altered or dropped ``table``."""
+    from lakewrap.compilers import stale as q
+
+    schema, name = table.split(".", 1)
+    ids = [r[0] for r in con.execute(q.table_ids(alias), {"name": name}).fetchall()] or ["-1"]
+    found: list[int] = []
+    for table_id in ids:
+        for qualified in (f"{schema}.{name}", f'"{schema}"."{name}"'):
+            row = con.execute(q.created_or_altered(alias),
+                              {"since": since, "qualified": qualified, "table_id": table_id}).fetchone()
+            if row and row[0] is not None:
+                found.append(int(row[0]))
+    return max(found) if found else None
+
+
+def detect(con: Any, alias: str, project: Project, selected: Sequence[ModelSpec],
+           until: int | None = None) -> dict[str, StaleModel]:
+    """The stale partitions of each selected model (in ``selected``'s DAG order).
+
+    Example:
+        >>> found = detect(con, "lake", project, project.select(["orders+"]))  # doctest: +SKIP
+        >>> found["sales.orders"].values()  # doctest: +SKIP
+        ['2024-01-02']
+    """
+    from lakewrap.compilers import stale as q
+
+    until = current_snapshot(con, alias) if until is None else until
+    out: dict[str, StaleModel] = {}
+    for spec in selected:
+        target = spec.target.key
+        time_part = isinstance(spec.partition, TimePartitioning)
+        found = out[target] = StaleModel(str(spec.target), time_part)
+        if _is_view(spec):
+            continue  # a view reads its upstreams live: never stale
+        records = latest(con, str(spec.target))
+        if not time_part and records:  # unpartitioned or dynamic: the model's latest materialization
+            last = max(records, key=lambda r: r.pin)
+            records = [Latest(None, None, None, last.pin)]
+        if not records:
+            continue  # never materialized: a gap (lakewrap status), not stale
+        since = min(r.pin for r in records)
+        select = q.parse_select(spec.sql) if time_part else None
+        sources = _sources(project, spec)
+        filters = q.window_filters(select, [t for t, _ in sources]) if select is not None else {}
+        for table, direct in sources:
+            schema, name = table.split(".", 1)
+            replaced = _replaced_at(con, alias, table, since)
+            if replaced is not None:
+                for r in records:
+                    if r.pin < replaced:
+                        found.add(r.partition, f"{table} was created, replaced or altered at snapshot {replaced}")
+            window = filters.get(table.lower()) if direct else None
+            try:
+                rows = con.execute(q.touched_partitions(alias, schema, name, window),
+                                   {"target": str(spec.target), "since": since, "until": until}).fetchall()
+            except Exception as exc:  # no change feed (not a lake table, gone, renamed column): conservative
+                for r in records:
+                    found.add(r.partition, f"{table}: no usable change feed ({str(exc).strip().splitlines()[0]})")
+                continue
+            how = "in its window" if window is not None and window.precise else (
+                "mapping not derivable: any change counts")
+            touched = {r[0] for r in rows}
+            for r in records:
+                if (r.partition if time_part else None) in touched or (not time_part and rows):
+                    found.add(r.partition, f"{table} changed after snapshot {r.pin} ({how})")
+        _propagate(project, spec, records, found, out)
+    return out
+
+
+def _propagate(project: Project, spec: ModelSpec, records: list[Latest], found: StaleModel,
+               out: dict[str, StaleModel]) -> None:
+    """A partition rebuilt upstream in this run makes the overlapping downstream partitions stale."""
+    from lakewrap.plan import bind_time
+
+    mine = spec.partition
+    for up in project.upstream_models(spec):
+        theirs = out.get(up.target.key)
+        if theirs is None or not theirs.partitions or up.target.key == spec.target.key:
+            continue
+        for value in theirs.values():
+            if isinstance(mine, TimePartitioning) and isinstance(up.partition, TimePartitioning) and value:
+                window = bind_time(up.partition, value)  # what the upstream rebuild rewrites
+                for r in records:
+                    if r.window_start is not None and r.window_end is not None and (
+                            r.window_start < window.end and window.start < r.window_end):
+                        found.add(r.partition, f"upstream {theirs.target} partition {value} is rebuilt")
+            else:
+                for r in records:
+                    found.add(r.partition, f"upstream {theirs.target} is rebuilt")
+
+
+def restrict(found: dict[str, StaleModel], project: Project, start: str | None, end: str | None) -> None:
+    """Keep only the stale partitions from ``start`` to ``end`` (inclusive) of time-partitioned models."""
+    if start is None and end is None:
+        return
+    if start is None or end is None:
+        raise PlanError("give both --start and --end", hint="e.g. --start 2024-01-01 --end 2024-01-31")
+    for key, model in found.items():
+        part = project.models[key].partition
+        if not isinstance(part, TimePartitioning):
+            continue
+        grain = Grain(part.grain)
+        lo, hi = parse_partition(grain, start, part.tz), parse_partition(grain, end, part.tz)
+        model.partitions = {p: r for p, r in model.partitions.items()
+                            if p is not None and lo <= parse_partition(grain, p, part.tz) <= hi}
+
+
+def plan_stale(root: Any, project: Project, selected: Sequence[ModelSpec], *, partition: str | None,
+               start: str | None, end: str | None, full_refresh: bool
+               ) -> tuple[list[ModelSpec], list[list[str | None]], dict[str, StaleModel]]:
+    """The models and partitions ``run --stale`` rebuilds: the stale ones, within ``start..end``."""
+    from lakewrap.execute.lake import Lake
+
+    if partition is not None:
+        raise PlanError("--stale finds the partitions itself; it takes no --partition",
+                        hint="drop --partition, or restrict with --start/--end")
+    if full_refresh:
+        raise PlanError("--stale and --full-refresh do not combine",
+                        hint="--full-refresh rebuilds everything; drop one of them")
+    lake = Lake.open(root, read_only=True)
+    con = lake.connect()
+    try:
+        found = detect(con, lake.alias, project, selected)
+    finally:
+        lake.close(con)
+    restrict(found, project, start, end)
+    chosen = [s for s in selected if found[s.target.key].values()]
+    return chosen, [found[s.target.key].values() for s in chosen], found
