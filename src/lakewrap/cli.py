@@ -368,8 +368,9 @@ def status_cmd(selectors: tuple[str, ...], fmt: str, project: Path) -> None:
         parts = f"{len(r.partitions)} ({r.partitions[0]} .. {r.partitions[-1]})" if len(r.partitions) > 1 else (
             r.partitions[0] if r.partitions else ("-" if r.last_run is None else "whole table"))
         gaps = f"{len(r.gaps)}: " + ", ".join(r.gaps[:3]) + (" ..." if len(r.gaps) > 3 else "") if r.gaps else "-"
-        table.append((r.target, r.strategy, parts, gaps, r.last_run or "never", str(len(r.failures)) or "-"))
-    _show_table(("model", "strategy", "partitions", "gaps", "last run", "failures"), table)
+        stale = f"{len(r.stale)}: " + ", ".join(r.stale[:3]) + (" ..." if len(r.stale) > 3 else "") if r.stale else "-"
+        table.append((r.target, r.strategy, parts, gaps, stale, r.last_run or "never", str(len(r.failures)) or "-"))
+    _show_table(("model", "strategy", "partitions", "gaps", "stale", "last run", "failures"), table)
 
 
 @main.command("history")

@@ -111,6 +111,7 @@ class ModelStatus:
     last_run: str | None = None
     last_committed_at: str | None = None
     failures: list[dict[str, Any]] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # partitions whose inputs changed (lakewrap.stale)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -143,8 +144,15 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
     lake = Lake.open(root, read_only=True)
     con = lake.connect()
     try:
-        return _status(root, project, selectors, now,
+        rows = _status(root, project, selectors, now,
                        lambda target: _state_rows(con, sql.materialized_partitions(), {"target": target}))
+        if any(r.last_run for r in rows):
+            from lakewrap.stale import detect
+
+            found = detect(con, lake.alias, project, project.select(selectors))
+            for r in rows:
+                r.stale = [p or "whole table" for p in found[r.target.lower()].values()]
+        return rows
     finally:
         lake.close(con)
 
