@@ -26,6 +26,7 @@ from lakewrap.execute.executor import Executor, Result
 from lakewrap.execute.lake import CONNECT_RETRY, Lake
 from lakewrap.execute.retry import retrying
 from lakewrap.inspect import ModelStatus
+from lakewrap.maintain import MaintainReport
 from lakewrap.partitions import Grain
 from lakewrap.runner import RunReport, new_run_id, write_results
 from lakewrap.spec import (
@@ -117,6 +118,12 @@ class Project:
         from lakewrap.inspect import status
 
         return status(self.root, tuple(selectors))
+
+    def maintain(self, selectors: Sequence[str] = (), *, dry_run: bool = False) -> MaintainReport:
+        """Compact, expire snapshots, delete old and orphan files (see ``lakewrap maintain``)."""
+        from lakewrap.maintain import maintain
+
+        return maintain(self.root, tuple(selectors), dry_run=dry_run)
 
     def history(self, model: str) -> list[dict[str, Any]]:
         """The materializations of ``model`` with snapshot ids (see ``lakewrap history``)."""

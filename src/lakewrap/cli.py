@@ -393,5 +393,36 @@ def history_cmd(model: str, fmt: str, project: Path) -> None:
                 right=("+rows", "~rows", "-rows"))
 
 
+@main.command("maintain")
+@click.argument("selectors", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Show what would be compacted, expired and deleted; change nothing.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@project_option
+@handled
+def maintain_cmd(selectors: tuple[str, ...], dry_run: bool, fmt: str, project: Path) -> None:
+    """Compact the selected models' tables, expire unprotected snapshots, delete old and orphan files."""
+    from lakewrap.maintain import maintain
+
+    report = maintain(project, selectors, dry_run=dry_run)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+        return
+    would = "would " if dry_run else ""
+
+    def after(before: int, now: int | None) -> str:
+        return f"{before} -> {now}" if now is not None else str(before)
+
+    _show_table(("table", "data files", "delete files", "rewritten", "merged"),
+                [(t.table, after(t.data_files_before, t.data_files_after),
+                  after(t.delete_files_before, t.delete_files_after), str(t.rewritten), str(t.merged))
+                 for t in report.tables], title="compaction" + (" (dry run: current files)" if dry_run else ""))
+    _say("snapshots:", f"{report.snapshots_before} before, {would}expire {len(report.snapshots_expired)}, "
+         f"{report.snapshots_protected} protected by run records, {report.snapshots_after} after", "cyan")
+    _say("files:", f"{would}remove {len(report.old_files_removed)} old and {len(report.orphans_removed)} orphan "
+         f"files; {report.storage_files_before} on storage before, {report.storage_files_after} after", "cyan")
+    for note in report.notes:
+        _say("note:", note, "yellow")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -214,11 +214,28 @@ class RunConfig(Frozen):
     workers: int | None = Field(default=None, ge=1)  # default: one per core
 
 
+class MaintainConfig(Frozen):
+    """The ``[maintain]`` table: the policy of ``lakewrap maintain`` (``docs/maintenance.md``)."""
+
+    # snapshots younger than this many days are kept; older ones are expired unless protected
+    retain_days: float = Field(default=7.0, ge=0)
+    keep_last: int = Field(default=10, ge=1)  # the newest N snapshots are always kept
+    # which run records protect their pins and their own snapshot: every record, or only the
+    # latest materialization of each (model, partition) (superseded builds lose time travel)
+    protect: Literal["all", "latest"] = "all"
+    compact: bool = True  # rewrite delete-heavy files and merge small ones of the selected models' tables
+    delete_threshold: float = Field(default=0.5, gt=0, le=1)  # deleted-row share that makes a file rewritten
+    # files no snapshot knows are deleted only when older than this: a live writer's files are unknown
+    # until it commits
+    orphan_min_age_minutes: float = Field(default=60.0, ge=0)
+
+
 class ProjectConfig(Frozen):
     """The whole ``lakewrap.toml``."""
 
     lake: LakeConfig = LakeConfig()
     run: RunConfig = RunConfig()
+    maintain: MaintainConfig = MaintainConfig()
 
 
 def _find_line(text: str, key: str) -> int | None:
@@ -274,5 +291,5 @@ def load_config(root: Path) -> ProjectConfig:
         raise ConfigError(
             f"lakewrap.toml: {'.'.join(loc)}: {msg}" if err["type"] != "extra_forbidden" else f"lakewrap.toml: {msg}",
             location=Location(CONFIG_FILE, _find_line(text, key) if key else None),
-            hint="see docs/configuration.md for the keys of [lake] and [run]",
+            hint="see docs/configuration.md for the keys of [lake], [run] and [maintain]",
         ) from None
