@@ -50,7 +50,8 @@ class StaleModel:
     def values(self) -> list[str | None]:
         if not self.time_partitioned:
             return [None] if self.partitions else []
-        return sorted(p for p in self.partitions if p is not None)
+        values: list[str | None] = sorted(p for p in self.partitions if p is not None)
+        return values
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "partitions": [{"partition": p, "reasons": r}
