@@ -50,8 +50,7 @@ class StaleModel:
     def values(self) -> list[str | None]:
         if not self.time_partitioned:
             return [None] if self.partitions else []
-        values: list[str | None] = sorted(p for p in self.partitions if p is not None)
-        return values
+        return [*sorted(p for p in self.partitions if p is not None)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "partitions": [{"partition": p, "reasons": r}
@@ -141,7 +140,12 @@ def detect(con: Any, alias: str, project: Project, selected: Sequence[ModelSpec]
         if not records:
             continue  # never materialized: a gap (lakewrap status), not stale
         since = min(r.pin for r in records)
-        select = q.parse_select(spec.sql) if time_part else None
+        select = None
+        if time_part and spec.wrapped:  # a literal model's statements are not mapped: conservative
+            try:
+                select = q.parse_select(spec.sql)
+            except Exception:
+                select = None
         sources = _sources(project, spec)
         filters = q.window_filters(select, [t for t, _ in sources]) if select is not None else {}
         for table, direct in sources:
