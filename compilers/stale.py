@@ -154,28 +154,33 @@ def touched_partitions(alias: str, schema: str, name: str, window: WindowFilter 
     return q.render(select)
 
 
-def created_or_altered(alias: str) -> str:
-    """Snapshots after ``$since`` that created (or replaced) ``$qualified`` or altered/dropped table id
-    ``$table_id``: a change feed does not show the rows of a replaced table, nor a schema change."""
-    changes = exp.column("changes")
+def table_identity(alias: str) -> str:
+    """The current table id and creating snapshot of ``$schema.$name``, from DuckLake's metadata
+    tables (``ducklake_table``, ``ducklake_schema`` of the DuckLake spec, in ``__ducklake_metadata_<alias>``).
 
-    def contains(key: str, value: exp.Expr) -> exp.Expr:
-        return exp.func("list_contains", exp.Bracket(this=changes.copy(), expressions=[q.string(key)]), value)
+    A table created after a pin (``CREATE OR REPLACE``, a seed) has a change feed without the rows
+    of the table it replaced.
+    """
+    meta = f"__ducklake_metadata_{alias}"
+    tbl = exp.Table(this=q.ident("ducklake_table"), db=q.ident(meta), alias=exp.TableAlias(this=q.ident("t")))
+    sch = exp.Table(this=q.ident("ducklake_schema"), db=q.ident(meta), alias=exp.TableAlias(this=q.ident("s")))
+    on = exp.EQ(this=q.col("schema_id", "t"), expression=q.col("schema_id", "s"))
+    return q.render(exp.select(exp.cast(q.col("table_id", "t"), "VARCHAR"), q.col("begin_snapshot", "t"))
+                    .from_(tbl).join(sch, on=on, join_type="inner")
+                    .where(q.and_all([
+                        exp.EQ(this=q.col("schema_name", "s"), expression=q.param("schema")),
+                        exp.EQ(this=q.col("table_name", "t"), expression=q.param("name")),
+                        exp.Is(this=q.col("end_snapshot", "t"), expression=exp.Null()),
+                        exp.Is(this=q.col("end_snapshot", "s"), expression=exp.Null())])))
 
-    cond = q.or_all([contains("tables_created", q.param("qualified")),
-                     contains("tables_altered", q.param("table_id")),
-                     contains("tables_dropped", q.param("table_id"))])
+
+def altered_since(alias: str) -> str:
+    """The last snapshot after ``$since`` that altered table id ``$table_id`` (a schema change)."""
+    altered = exp.Bracket(this=exp.column("changes"), expressions=[q.string("tables_altered")])
     return q.render(exp.select(exp.Max(this=exp.column("snapshot_id")))
                     .from_(exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)))
-                    .where(exp.and_(exp.GT(this=exp.column("snapshot_id"), expression=q.param("since")), cond)))
-
-
-def table_ids(alias: str) -> str:
-    """Table ids of ``$name`` in the lake (``ducklake_table_info``; several schemas may share a name)."""
-    return q.render(exp.select(exp.cast(exp.column("table_id"), "VARCHAR"))
-                    .from_(exp.Table(this=exp.Anonymous(this="ducklake_table_info",
-                                                        expressions=[q.string(alias)])))
-                    .where(exp.EQ(this=exp.column("table_name"), expression=q.param("name"))))
+                    .where(exp.and_(exp.GT(this=exp.column("snapshot_id"), expression=q.param("since")),
+                                    exp.func("list_contains", altered, q.param("table_id")))))
 
 
 def last_change(alias: str, schema: str, name: str) -> str:

@@ -227,3 +227,17 @@ def test_stale_is_refused_on_iceberg(tmp_path: Path) -> None:
     write_project(tmp_path, {"models/sales/ev.sql": MODELS["models/sales/ev.sql"]})
     with pytest.raises(PlanError, match="--stale: not supported on Iceberg"):
         lakewrap.Project(tmp_path).run(stale=True)
+
+
+def test_same_table_name_in_two_schemas_and_altered_upstream(tmp_path: Path) -> None:
+    # sales.events reads raw.events: a fresh build is not stale although its own table (same name,
+    # other schema) was created and altered after its pins; an ALTER of raw.events makes it stale
+    write_project(tmp_path, {"models/sales/events.sql": MODELS["models/sales/ev.sql"]})
+    execute(tmp_path, ("CREATE SCHEMA raw", None),
+            ("CREATE TABLE raw.events AS SELECT range::INTEGER AS id, TIMESTAMP '2024-01-01' + to_hours(range * 10) "
+             "AS ts, 1 AS v FROM range(7)", None))
+    project = lakewrap.Project(tmp_path)
+    assert project.run(start="2024-01-01", end="2024-01-03").ok
+    assert [s.stale for s in project.status()] == [[]]
+    execute(tmp_path, ("ALTER TABLE raw.events ADD COLUMN w INTEGER", None))
+    assert [s.stale for s in project.status()] == [["2024-01-01", "2024-01-02", "2024-01-03"]]

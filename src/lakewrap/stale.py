@@ -99,19 +99,17 @@ def current_snapshot(con: Any, alias: str) -> int:
 
 
 def _replaced_at(con: Any, alias: str, table: str, since: int) -> int | None:
-    """The last snapshot after ``since`` that created (replaced), altered or dropped ``table``."""
+    """The last snapshot after ``since`` that created (replaced) or altered ``table``, if any."""
     from lakewrap.compilers import stale as q
 
     schema, name = table.split(".", 1)
-    ids = [r[0] for r in con.execute(q.table_ids(alias), {"name": name}).fetchall()] or ["-1"]
-    found: list[int] = []
-    for table_id in ids:
-        for qualified in (f"{schema}.{name}", f'"{schema}"."{name}"'):
-            row = con.execute(q.created_or_altered(alias),
-                              {"since": since, "qualified": qualified, "table_id": table_id}).fetchone()
-            if row and row[0] is not None:
-                found.append(int(row[0]))
-    return max(found) if found else None
+    row = con.execute(q.table_identity(alias), {"schema": schema, "name": name}).fetchone()
+    if row is None:
+        return None  # not a lake table now: its change feed fails and is handled there
+    table_id, created = row[0], int(row[1])
+    altered = con.execute(q.altered_since(alias), {"since": since, "table_id": table_id}).fetchone()
+    found = [s for s in (created if created > since else None, altered[0] if altered else None) if s is not None]
+    return max(int(s) for s in found) if found else None
 
 
 def detect(con: Any, alias: str, project: Project, selected: Sequence[ModelSpec],
@@ -150,7 +148,12 @@ def detect(con: Any, alias: str, project: Project, selected: Sequence[ModelSpec]
         filters = q.window_filters(select, [t for t, _ in sources]) if select is not None else {}
         for table, direct in sources:
             schema, name = table.split(".", 1)
-            replaced = _replaced_at(con, alias, table, since)
+            try:
+                replaced = _replaced_at(con, alias, table, since)
+            except Exception as exc:  # DuckLake's metadata tables unreadable: assume the worst
+                replaced = None
+                for r in records:
+                    found.add(r.partition, f"{table}: cannot tell whether it was replaced ({exc})")
             if replaced is not None:
                 for r in records:
                     if r.pin < replaced:
