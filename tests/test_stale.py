@@ -241,3 +241,23 @@ def test_same_table_name_in_two_schemas_and_altered_upstream(tmp_path: Path) -> 
     assert [s.stale for s in project.status()] == [[]]
     execute(tmp_path, ("ALTER TABLE raw.events ADD COLUMN w INTEGER", None))
     assert [s.stale for s in project.status()] == [["2024-01-01", "2024-01-02", "2024-01-03"]]
+
+
+def test_append_models_are_listed_stale_but_not_rerun(tmp_path: Path) -> None:
+    write_project(tmp_path, {"models/sales/log.sql": """\
+-- materialized incremental
+-- partitioned daily key=ts start=2024-01-01
+-- append
+SELECT id, ts, v FROM raw.events
+WHERE ts >= $partition_start AND ts < $partition_end
+""", "models/sales/ev.sql": MODELS["models/sales/ev.sql"]})
+    execute(tmp_path, ("CREATE SCHEMA raw", None),
+            ("CREATE TABLE raw.events AS SELECT range::INTEGER AS id, TIMESTAMP '2024-01-01' + to_hours(range * 10) "
+             "AS ts, 1 AS v FROM range(7)", None))
+    project = lakewrap.Project(tmp_path)
+    assert project.run(start="2024-01-01", end="2024-01-03").ok
+    execute(tmp_path, ("INSERT INTO raw.events VALUES (50, TIMESTAMP '2024-01-02 05:00', 1)", None))
+    assert {s.target: s.stale for s in project.status()} == {"sales.log": ["2024-01-02"], "sales.ev": ["2024-01-02"]}
+    report = project.run(stale=True)
+    assert rebuilt(tmp_path, report.run_id) == {"sales.ev": {"2024-01-02"}}  # a re-run would append twice
+    assert fetch(tmp_path, "SELECT count(*) FROM sales.log") == [(7,)]

@@ -65,6 +65,12 @@ def _is_view(spec: ModelSpec) -> bool:
     return isinstance(spec.strategy, ViewStrategy)
 
 
+def rebuildable(spec: ModelSpec) -> bool:
+    """Whether ``run --stale`` re-runs the model's stale partitions: not an ``append`` model, whose
+    re-run would append the partition's rows a second time (``lakewrap status`` still lists them)."""
+    return spec.strategy.kind != "append"
+
+
 def _sources(project: Project, spec: ModelSpec) -> list[tuple[str, bool]]:
     """The tables ``spec`` reads, as (schema.name, read directly): views of the project are
     replaced by the tables they read (recursively), which are then mapped conservatively."""
@@ -184,7 +190,7 @@ def _propagate(project: Project, spec: ModelSpec, records: list[Latest], found: 
     mine = spec.partition
     for up in project.upstream_models(spec):
         theirs = out.get(up.target.key)
-        if theirs is None or not theirs.partitions or up.target.key == spec.target.key:
+        if theirs is None or not theirs.partitions or up.target.key == spec.target.key or not rebuildable(up):
             continue
         for value in theirs.values():
             if isinstance(mine, TimePartitioning) and isinstance(up.partition, TimePartitioning) and value:
@@ -233,5 +239,5 @@ def plan_stale(root: Any, project: Project, selected: Sequence[ModelSpec], *, pa
     finally:
         lake.close(con)
     restrict(found, project, start, end)
-    chosen = [s for s in selected if found[s.target.key].values()]
+    chosen = [s for s in selected if found[s.target.key].values() and rebuildable(s)]
     return chosen, [found[s.target.key].values() for s in chosen], found
