@@ -137,20 +137,51 @@ def changes_feed(alias: str, schema: str, name: str) -> exp.Table:
     return exp.Table(this=call, alias=exp.TableAlias(this=q.ident(CHANGES)))
 
 
+def effective_changes(alias: str, schema: str, name: str) -> exp.Select:
+    """The change feed of ``schema.name`` after ``$since`` up to ``$until``, without no-op updates.
+
+    ``ducklake_rewrite_data_files`` (compaction) shows in DuckLake 1.5.5's change feed as an update
+    of every rewritten row whose pre- and post-image are equal (measured: 69 rows after rewriting
+    one file). An update that changes no value changes nothing a model reads, so the pairs whose
+    images are identical (set ``INTERSECT``, NULLs equal) are dropped.
+    """
+    feed = exp.select(exp.Star()).from_(changes_feed(alias, schema, name)).where(
+        exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.param("since")))
+
+    def image(kind: str) -> exp.Select:
+        return exp.select(exp.Star(except_=[exp.column("change_type")])).from_("feed").where(
+            exp.EQ(this=exp.column("change_type"), expression=q.string(kind)))
+
+    noop = exp.select(exp.column("snapshot_id"), exp.column("rowid")).from_(
+        exp.Subquery(this=exp.intersect(image("update_preimage"), image("update_postimage"), distinct=True),
+                     alias=exp.TableAlias(this=q.ident("same"))))
+    n = "n"
+    anti = exp.and_(exp.EQ(this=q.col("snapshot_id", n), expression=q.col("snapshot_id", "f")),
+                    exp.EQ(this=q.col("rowid", n), expression=q.col("rowid", "f")))
+    keep = exp.or_(exp.Is(this=q.col("rowid", n), expression=exp.Null()),
+                   exp.Not(this=exp.func("starts_with", q.col("change_type", "f"), q.string("update_"))))
+    return (exp.select(exp.Column(this=exp.Star(), table=q.ident("f")))
+            .from_(exp.Table(this=q.ident("feed"), alias=exp.TableAlias(this=q.ident("f"))))
+            .join(exp.Table(this=q.ident("noop"), alias=exp.TableAlias(this=q.ident(n))), on=anti, join_type="left")
+            .where(keep)
+            .with_("feed", as_=feed).with_("noop", as_=noop))
+
+
 def touched_partitions(alias: str, schema: str, name: str, window: WindowFilter | None) -> str:
     """Partitions of ``$target`` (latest materialization) touched by a change of ``schema.name``
     committed after that materialization's pin, up to ``$until``.
 
     With a precise window filter a change touches the partitions whose recorded window its row
     satisfies (inserted, deleted, and both images of an updated row); otherwise any change after
-    the pin touches the partition.
+    the pin touches the partition. ``$since`` is the oldest pin of the model's partitions.
     """
     on: exp.Expr = exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.col("pin", LATEST))
     if window is not None and window.precise:
         on = exp.and_(on, q.or_all([exp.Paren(this=_bind_to_feed(p)) for p in window.predicates if p is not None]))
     latest = exp.Subquery(this=latest_materializations(), alias=exp.TableAlias(this=q.ident(LATEST)))
+    changes = exp.Subquery(this=effective_changes(alias, schema, name), alias=exp.TableAlias(this=q.ident(CHANGES)))
     select = (exp.select(exp.column("partition_value", LATEST)).distinct()
-              .from_(latest).join(changes_feed(alias, schema, name), on=on, join_type="inner"))
+              .from_(latest).join(changes, on=on, join_type="inner"))
     return q.render(select)
 
 
@@ -181,10 +212,3 @@ def altered_since(alias: str) -> str:
                     .from_(exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)))
                     .where(exp.and_(exp.GT(this=exp.column("snapshot_id"), expression=q.param("since")),
                                     exp.func("list_contains", altered, q.param("table_id")))))
-
-
-def last_change(alias: str, schema: str, name: str) -> str:
-    """The latest snapshot in ``($since, $until]`` that changed rows of ``schema.name`` (or NULL)."""
-    return q.render(exp.select(exp.Max(this=q.col("snapshot_id", CHANGES)))
-                    .from_(changes_feed(alias, schema, name))
-                    .where(exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.param("since"))))

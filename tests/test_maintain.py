@@ -38,6 +38,15 @@ SELECT id, ts, v FROM raw.events
 WHERE ts >= $partition_start AND ts < $partition_end
 """
 
+# reads the merge model: its compaction must not make it stale
+DAILY_MODEL = """\
+-- materialized incremental
+-- partitioned daily key=day start=2024-01-01
+SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n, sum(v) AS v FROM sales.ev_m
+WHERE ts >= $partition_start AND ts < $partition_end
+GROUP BY ALL
+"""
+
 CONFIG = """\
 [lake]
 data_inlining_row_limit = 0
@@ -106,6 +115,7 @@ def make_history(root: Path, protect: str) -> lakewrap.Project:
     (root / "models" / "sales").mkdir(parents=True)
     (root / "models" / "sales" / "ev.sql").write_text(MODEL)
     (root / "models" / "sales" / "ev_m.sql").write_text(MERGE_MODEL)
+    (root / "models" / "sales" / "ev_m_daily.sql").write_text(DAILY_MODEL)
     (root / "lakewrap.toml").write_text(CONFIG.format(protect=protect))
     sql(root, "CREATE SCHEMA raw")
     sql(root, "CREATE TABLE raw.events AS SELECT range::INTEGER AS id, TIMESTAMP '2024-01-01' + to_minutes(range) "
@@ -155,7 +165,7 @@ def test_maintain_keeps_every_run_record_readable_and_removes_orphans(tmp_path: 
     assert sql(tmp_path, "SELECT snapshot_id FROM lake.snapshots() ORDER BY 1") == snapshots
     assert storage(tmp_path) == listing
     assert {Path(p).name for p in dry.orphans_removed} == {Path(p).name for p in orphans}
-    assert dry.snapshots_expired and [t.table for t in dry.tables] == ["sales.ev", "sales.ev_m"]
+    assert dry.snapshots_expired and [t.table for t in dry.tables] == ["sales.ev", "sales.ev_m", "sales.ev_m_daily"]
 
     report = project.maintain()
     # the snapshots expired are exactly the dry run's, and none a run record references
@@ -169,7 +179,7 @@ def test_maintain_keeps_every_run_record_readable_and_removes_orphans(tmp_path: 
     # every run record can still be read at its pin and at its own snapshot, with the same rows
     assert time_travel(tmp_path) == travel
     # compaction: fewer files in the current snapshot; orphans gone; nothing unknown left
-    plain, merged = report.tables  # delete+insert replaces whole files: nothing to compact
+    plain, merged, _ = report.tables  # delete+insert replaces whole files: nothing to compact
     assert (plain.data_files_before, plain.delete_files_before) == (plain.data_files_after, 0)
     assert merged.delete_files_before > 0 and merged.rewritten > 0 and merged.data_files_after is not None
     assert merged.data_files_after < merged.data_files_before and merged.delete_files_after == 0
@@ -179,11 +189,13 @@ def test_maintain_keeps_every_run_record_readable_and_removes_orphans(tmp_path: 
     assert unknown_files(tmp_path) == []
     assert report.storage_files_before == len(listing)
     assert report.storage_files_after == len(storage(tmp_path))
+    # compaction rewrote rows without changing them: nothing downstream is stale
+    assert [s.stale for s in project.status()] == [[], [], []]
     # the model still reads right after maintenance, and a later --stale still works
     sql(tmp_path, "INSERT INTO raw.events VALUES (99999, TIMESTAMP '2024-01-03 01:00', 5)")
     again = project.run(stale=True)
     assert again.ok and sorted((r.target, r.partition) for r in again.results) == [
-        ("sales.ev", "2024-01-03"), ("sales.ev_m", "2024-01-03")]
+        ("sales.ev", "2024-01-03"), ("sales.ev_m", "2024-01-03"), ("sales.ev_m_daily", "2024-01-03")]
     live = sql(tmp_path, "SELECT id, ts, v FROM raw.events WHERE ts >= '2024-01-01' AND ts < '2024-01-05' ORDER BY 1")
     assert sql(tmp_path, "SELECT id, ts, v FROM sales.ev ORDER BY 1") == live
     # the merge model keeps rows deleted upstream (no hard deletes); the live ones match

@@ -112,6 +112,7 @@ class ModelStatus:
     last_committed_at: str | None = None
     failures: list[dict[str, Any]] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # partitions whose inputs changed (lakewrap.stale)
+    stale_reasons: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -151,7 +152,9 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
 
             found = detect(con, lake.alias, project, project.select(selectors))
             for r in rows:
-                r.stale = [p or "whole table" for p in found[r.target.lower()].values()]
+                model = found[r.target.lower()]
+                r.stale = [p or "whole table" for p in model.values()]
+                r.stale_reasons = {p or "whole table": model.partitions[p] for p in model.values()}
         return rows
     finally:
         lake.close(con)
