@@ -13,12 +13,19 @@ The plan has two halves:
   rows) or ``append``. Merge and SCD2 are computed in DuckDB and written back by key, never with
   pyiceberg's row-by-row ``upsert()``.
 
+Data tests (write-audit-publish): the commit is the write, so the tests cannot read the table after
+it. Each reads instead the table as the commit will leave it -- a subquery of the pinned rows the
+commit's delete filter keeps plus the rows it appends -- and they run before the commit: a failing
+``error`` test means no commit at all.
+
 Capabilities: no views, no ``CREATE OR REPLACE``, no partition DDL (the partition spec is set when
 the commit creates the table), MERGE computed rather than executed, and no ``predicate=`` on a
 merge (a delete by key cannot honour an extra match condition).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from sqlglot import exp
 
@@ -32,6 +39,7 @@ from lakewrap.spec import MergeStrategy, SnapshotStrategy, TimePartitioning
 MATCHED = "__lakewrap_matched"
 ROWS = "__lakewrap_rows"
 CLOSED = "__lakewrap_closed"
+AFTER = "__lakewrap_after"  # the alias of the table-after-the-commit in a test
 
 # The Iceberg partition transform of each partition grain (Iceberg has no week transform).
 TRANSFORMS = {"hourly": "hour", "daily": "day", "weekly": "day", "monthly": "month", "yearly": "year"}
@@ -55,15 +63,6 @@ class IcebergCompiler(Compiler):
     )
 
     def compile(self, plan: Plan) -> CompiledPlan:
-        if plan.model.tests:
-            # Tests audit the written table inside the transaction; here the write is the pyiceberg
-            # commit after every statement, so they would read the table as it was before.
-            raise UnsupportedError(
-                f"data tests do not run on Iceberg yet (model {plan.model.path})",
-                location=Location(plan.model.path, plan.model.tests[0].line),
-                hint="remove the `-- test` lines, run `lakewrap test` after the run, or keep the model on "
-                "a DuckLake, where tests run before COMMIT (docs/tests.md)",
-            )
         compiled = super().compile(plan)
         available = plan.params()
         commits = tuple(
@@ -74,6 +73,40 @@ class IcebergCompiler(Compiler):
                                            "sql_sha256": CompiledPlan.digest(compiled.statements, commits)})
 
     # --- the SQL half ---------------------------------------------------------------------------
+
+    def shapes(self, plan: Plan) -> list[Shape]:
+        """The shared shapes; the tests (last) read the table as the commit will leave it."""
+        shapes = super().shapes(plan)
+        first = next((i for i, s in enumerate(shapes) if s.role == "test"), None)
+        if first is None:
+            return shapes
+        target, after = self.target(plan), self.after(plan)
+        return [*shapes[:first], *(replace(s, node=reading(s.node, target, after)) for s in shapes[first:])]
+
+    def after(self, plan: Plan) -> exp.Query:
+        """The target's rows after the commit: those the delete filter keeps, plus the appended rows."""
+        if plan.model.strategy.kind == "table":
+            return exp.select(exp.Star()).from_(q.table(None, STAGE))
+        kept = exp.select(exp.Star()).from_(self.target(plan))
+        if (replaced := self.replaced(plan)) is not None:
+            # pyiceberg deletes the rows the filter holds for; a NULL keeps the row
+            kept = kept.where(exp.Not(this=exp.func("coalesce", exp.paren(replaced), exp.false())))
+        rows = exp.select(exp.Star()).from_(q.table(None, ROWS))
+        return exp.Union(this=kept, expression=rows, distinct=False, by_name=True)
+
+    def replaced(self, plan: Plan) -> exp.Expr | None:
+        """The commit's delete filter (the rows its new rows replace); None for an append."""
+        match plan.model.strategy:
+            case MergeStrategy(unique_key=keys):
+                return self.keys_in(keys, MATCHED)
+            case SnapshotStrategy(unique_key=keys):
+                return exp.and_(exp.EQ(this=q.col("is_current"), expression=exp.true()), self.keys_in(keys, CLOSED))
+        match plan.model.strategy.kind:
+            case "table":
+                return exp.true()
+            case "delete+insert":
+                return self.window_condition(plan)
+        return None
 
     def computing(self, shapes: list[Shape]) -> list[Shape]:
         """The shared shapes minus setup, writes and cleanup; bootstraps become stand-ins."""
@@ -214,6 +247,8 @@ class IcebergCompiler(Compiler):
         from_stage = q.render(exp.select(exp.Star()).from_(q.table(None, STAGE)))
         from_rows = q.render(exp.select(exp.Star()).from_(q.table(None, ROWS)))
         part = plan.model.partition
+        replaced = self.replaced(plan)
+        delete_where = q.render(replaced) if replaced is not None else None
         spec = ""
         layout: tuple[str, str] | None = None
         if isinstance(part, TimePartitioning):
@@ -224,10 +259,10 @@ class IcebergCompiler(Compiler):
                 return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_stage,
                                   delete_where="TRUE", note="full rebuild: replace every row" + spec), set())]
             case "delete+insert":
-                window = self.window_condition(plan)
+                assert replaced is not None
                 return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
-                                  delete_where=q.render(window), note="replace the window's rows" + spec),
-                         {p.name for p in window.find_all(exp.Placeholder)})]
+                                  delete_where=delete_where, note="replace the window's rows" + spec),
+                         {p.name for p in replaced.find_all(exp.Placeholder)})]
             case "append":
                 return [(CommitOp(partition=layout, operation="append", table=target, rows=from_rows,
                                   note="insert the rows" + spec), set())]
@@ -237,16 +272,12 @@ class IcebergCompiler(Compiler):
                 note = ("upsert on " + ", ".join(merge.unique_key) + " computed in DuckDB: replace the matched "
                         "rows, add the new keys" + spec)
                 return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
-                                  delete_where=q.render(self.keys_in(merge.unique_key, MATCHED)), note=note), set())]
+                                  delete_where=delete_where, note=note), set())]
             case "snapshot":
-                scd2 = plan.model.strategy
-                assert isinstance(scd2, SnapshotStrategy)
-                closed = exp.and_(exp.EQ(this=q.col("is_current"), expression=exp.true()),
-                                  self.keys_in(scd2.unique_key, CLOSED))
                 note = ("SCD2: replace the closed current versions, add the new versions (nothing is committed "
                         "when no row changed)" + spec)
                 return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
-                                  delete_where=q.render(closed), note=note), set())]
+                                  delete_where=delete_where, note=note), set())]
         return []  # pragma: no cover - view and literal plans are refused by their shapes
 
     def keys_in(self, keys: tuple[str, ...], source: str) -> exp.Expr:
@@ -254,6 +285,17 @@ class IcebergCompiler(Compiler):
         lhs: exp.Expr = q.col(keys[0]) if len(keys) == 1 else exp.Tuple(expressions=[q.col(k) for k in keys])
         sub = exp.select(*(q.col(k) for k in keys)).from_(q.table(None, source))
         return exp.In(this=lhs, query=exp.Subquery(this=sub))
+
+
+def reading(node: exp.Expr, table: exp.Table, query: exp.Query) -> exp.Expr:
+    """``node`` with every reference to ``table`` reading ``(query)`` instead (aliases kept)."""
+    def swap(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Table) and n.name == table.name and n.db == table.db and not n.catalog:
+            alias = n.args.get("alias") or exp.TableAlias(this=q.ident(AFTER))
+            return exp.Subquery(this=query.copy(), alias=alias)
+        return n
+
+    return node.transform(swap, copy=False)
 
 
 # --- the scratch DuckDB session ------------------------------------------------------------------

@@ -5,6 +5,9 @@ The statements are the very ones ``lakewrap run`` executes before COMMIT (compil
 model's tests cover that partition's window; without it, the whole table (for an SCD2 snapshot:
 its current versions), as an unpartitioned model's always do. The statements, with their bound
 values, are logged to ``target/test/<id>/<target>.sql``.
+
+On Iceberg each model's tests run in a scratch session where the target and the tables the model
+reads are views at their current snapshots (as during ``run``, minus the write).
 """
 
 from __future__ import annotations
@@ -85,25 +88,40 @@ def run_tests(root: Path, selectors: Sequence[str] = (), *, exclude: Sequence[st
         return report
     from lakewrap.runner import new_run_id
 
-    lake = Lake.open(root, read_only=True)
-    con = lake.connect()
     folder = root / "target" / "test" / new_run_id(now)
-    try:
-        for spec in selected:
-            report.results.append(_test_model(con, lake, folder, spec, partition, now))
-    finally:
-        lake.close(con)
+    from lakewrap.config import load_config
+
+    if load_config(root).lake.substrate == "iceberg":
+        from lakewrap.execute.iceberg import IcebergLake
+        from lakewrap.iceberg_run import reads_of
+
+        ice = IcebergLake.open(root, read_only=True)
+        con = ice.connect()
+        try:
+            for spec in selected:
+                with ice.scratch(con, (*reads_of(spec), str(spec.target))) as (cursor, _):
+                    report.results.append(_test_model(cursor, ice, folder, spec, partition, now))
+        finally:
+            con.close()
+    else:
+        lake = Lake.open(root, read_only=True)
+        con = lake.connect()
+        try:
+            for spec in selected:
+                report.results.append(_test_model(con, lake, folder, spec, partition, now))
+        finally:
+            lake.close(con)
     if cache is not None:
         cache.save()
     return report
 
 
-def _test_model(con: Any, lake: Lake, folder: Path, spec: ModelSpec, partition: str | None,
+def _test_model(con: Any, lake: Any, folder: Path, spec: ModelSpec, partition: str | None,
                 now: datetime) -> ModelTests:
     value = partition if isinstance(spec.partition, TimePartitioning) else None
     out = ModelTests(model=spec.path, target=str(spec.target), partition=value)
     try:
-        plan = plan_for(spec, "ducklake", value, now, lake.root)
+        plan = plan_for(spec, lake.config.substrate, value, now, lake.root)
         if value is None:
             plan = plan.model_copy(update={"binding": None})  # the whole table
         from lakewrap.compilers import compiler_for

@@ -57,7 +57,12 @@ def materialize_spec(lake: IcebergLake, con: Any, executor: IcebergExecutor, spe
                       status="failed", error=lake.redact(error), error_class=cls)
 
     try:
-        compiled = compile_plan(plan_model(lake, con, spec, value, now), cache)
+        plan = plan_model(lake, con, spec, value, now)
+        if spec.tests:
+            from lakewrap.testfiles import read_test_files
+
+            plan = read_test_files(plan, lake.root)
+        compiled = compile_plan(plan, cache)
     except LakewrapError as exc:
         return failed(exc.render(), type(exc).__name__)
     except Exception as exc:  # the column probe ran the model's SELECT

@@ -32,6 +32,7 @@ from lakewrap import __version__
 from lakewrap.compilers import lake as sql
 from lakewrap.compilers.artifacts import STAGE, CommitOp, CompiledPlan
 from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
+from lakewrap.execute import checks
 from lakewrap.execute.executor import Result, StrictRefusal
 from lakewrap.execute.iceberg import SERIALIZABLE, IcebergLake, Pinned
 from lakewrap.execute.log import StatementLog
@@ -105,6 +106,7 @@ class IcebergExecutor:
     def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
                  log: StatementLog, attempt: int, inputs: dict[str, Any], refresh: bool) -> None:
         (op,) = compiled.commits
+        result.tests.clear()
         started_at = datetime.now(timezone.utc)
         hidden = (compiled.target,) if refresh else ()
         with self.lake.scratch(con, (*reads, compiled.target), hidden=hidden) as (cursor, pinned):
@@ -114,11 +116,21 @@ class IcebergExecutor:
             if target.table is not None:
                 refuse_snapshot_isolation(target.table, compiled.target)
             stage_rows: int | None = None
+            outcomes: list[checks.TestOutcome] = []
             for st in compiled.statements:
+                if st.role == "test":  # write-audit-publish: the table as the commit will leave it
+                    outcome = checks.run_test(cursor, st, log, compiled.path)
+                    outcomes.append(outcome)
+                    result.tests.append(outcome.to_dict())
+                    if outcome.status == "warn":
+                        result.warnings.append(outcome.summary())
+                    continue
                 params = {k: v.python() for k, v in st.params.items()}
                 log.run(cursor, st.sql, params or None, role=st.role)
                 if st.role == "stage" and stage_rows is None:
                     stage_rows = int(log.run(cursor, sql.count_rows(None, STAGE)).fetchone()[0])
+            if (failed := checks.failure(outcomes)) is not None:
+                raise failed  # before the commit: nothing was written
             log.note(op.line())
             rows = cursor.execute(op.rows).to_arrow_table()
             delete = None
@@ -141,6 +153,8 @@ class IcebergExecutor:
             "watermark": window.end if window and window.kind == "dynamic" else "",
             "started_at": started_at.isoformat(), "attempt": str(attempt), "lakewrap_version": __version__,
             "full_refresh": "true" if refresh else "",
+            "tests": json.dumps([{k: t[k] for k in ("name", "line", "severity", "status", "failures")}
+                                 for t in result.tests]) if result.tests else "",
         }
         summary = {PREFIX + k: v for k, v in props.items()}
         self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh)
