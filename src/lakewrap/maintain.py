@@ -131,6 +131,8 @@ def maintain(root: Path, selectors: Sequence[str] = (), *, dry_run: bool = False
     report = MaintainReport(dry_run=dry_run, policy=policy.model_dump())
     project = load_project(root, None)
     specs = [s for s in project.select(selectors) if s.strategy.kind != "view"]
+    # read-write even for a dry run: DuckLake 1.5.5 refuses ducklake_delete_orphaned_files(dry_run
+    # => true) on a READ_ONLY attach ("Cannot append to a readonly database")
     lake = Lake.open(root)
     con = lake.connect()
     alias = lake.alias
@@ -147,7 +149,6 @@ def maintain(root: Path, selectors: Sequence[str] = (), *, dry_run: bool = False
         return int(row[0]), int(row[1])
 
     try:
-        lake.ensure_state(con)
         report.storage_files_before = count_storage()
         # (1) compaction of the selected models' tables
         for spec in specs:
@@ -169,7 +170,12 @@ def maintain(root: Path, selectors: Sequence[str] = (), *, dry_run: bool = False
             report.notes.append("compaction has no dry run in DuckLake: the tables' current files are listed")
         # (2) expiry, sparing every snapshot a retained run record references
         snaps = con.execute(q.snapshots(alias)).fetchall()
-        records = con.execute(q.run_records()).fetchall()
+        try:
+            records = con.execute(q.run_records()).fetchall()
+        except Exception as exc:
+            if "does not exist" not in str(exc):
+                raise
+            records = []  # a lake lakewrap never wrote to (read-only dry run): no run record
         protected = protected_snapshots(records, snaps, policy.protect)
         report.snapshots_before = len(snaps)
         report.snapshots_protected = len(protected & {int(s[0]) for s in snaps})
