@@ -22,6 +22,7 @@ import lakewrap
 from lakewrap.cli import main
 from lakewrap.errors import UnsupportedError
 from lakewrap.execute.lake import Lake
+from servers import S3, Postgres, moto_s3, postgres  # noqa: F401  (fixtures)
 
 MODEL = """\
 -- materialized incremental
@@ -257,3 +258,67 @@ def test_maintain_refuses_iceberg_with_what_pyiceberg_offers(tmp_path: Path) -> 
     with pytest.raises(UnsupportedError) as err:
         lakewrap.Project(tmp_path).maintain()
     assert "expire_snapshots" in (err.value.hint or "")
+
+
+# --- the other catalogs and S3 -------------------------------------------------------------------
+
+CATALOG_CASES = [
+    pytest.param("sqlite", False, id="sqlite"),
+    pytest.param("postgres", False, marks=pytest.mark.postgres, id="postgres"),
+    pytest.param("duckdb", True, id="s3-duckdb"),
+    pytest.param("postgres", True, marks=[pytest.mark.postgres, pytest.mark.slow], id="s3-postgres"),
+]
+
+
+@pytest.mark.parametrize(("catalog", "on_s3"), CATALOG_CASES)
+def test_stale_and_maintain_on_each_catalog(catalog: str, on_s3: bool, tmp_path: Path,
+                                            request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = ["[lake]", "data_inlining_row_limit = 0"]
+    s3: S3 | None = None
+    bucket = f"lake-{catalog}-{os.getpid()}"
+    if catalog == "sqlite":
+        lines.append('catalog = "sqlite"')
+    elif catalog == "postgres":
+        pg: Postgres = request.getfixturevalue("postgres")
+        lines += ['catalog = "postgres"', f'dsn = "{pg.create_database(f"stale_{os.getpid()}_{int(on_s3)}")}"']
+        monkeypatch.setenv("PGPASSWORD", pg.password)
+    elif on_s3:
+        lines.append('path = "catalog/lake.ducklake"')
+    if on_s3:
+        s3 = request.getfixturevalue("moto_s3")
+        s3.create_bucket(bucket)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.key_id)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
+        lines += [f'data_path = "s3://{bucket}/warehouse/"', "", "[lake.s3]", f'endpoint = "{s3.endpoint}"',
+                  'url_style = "path"', "use_ssl = false"]
+    root = tmp_path / "project"
+    (root / "models" / "sales").mkdir(parents=True)
+    (root / "models" / "sales" / "ev.sql").write_text(MODEL)
+    (root / "models" / "sales" / "ev_m.sql").write_text(MERGE_MODEL)
+    (root / "lakewrap.toml").write_text("\n".join(lines) + "\n\n" + CONFIG.format(protect="all").split("\n\n", 1)[1])
+    sql(root, "CREATE SCHEMA raw")
+    sql(root, "CREATE TABLE raw.events AS SELECT range::INTEGER AS id, TIMESTAMP '2024-01-01' + to_minutes(range * 30) "
+              "AS ts, 1 AS v FROM range(4 * 48)")
+    project = lakewrap.Project(root)
+    assert project.run(start="2024-01-01", end="2024-01-04").ok
+    sql(root, "INSERT INTO raw.events VALUES (1000, TIMESTAMP '2024-01-03 05:00', 7)")
+    sql(root, "UPDATE raw.events SET v = 3 WHERE id = 5")  # 2024-01-01
+    report = project.run(stale=True)
+    assert sorted((r.target, r.partition) for r in report.results) == [
+        ("sales.ev", "2024-01-01"), ("sales.ev", "2024-01-03"),
+        ("sales.ev_m", "2024-01-01"), ("sales.ev_m", "2024-01-03")]
+    travel = time_travel(root)
+    if s3 is not None:
+        s3.client().put_object(Bucket=bucket, Key="warehouse/sales/planted-orphan.parquet", Body=b"x")
+    else:
+        (root / ".lakewrap" / "data" / "sales" / "planted-orphan.parquet").write_bytes(b"x")
+    dry = project.maintain(dry_run=True)
+    assert [Path(p).name for p in dry.orphans_removed] == ["planted-orphan.parquet"]
+    done = project.maintain()
+    assert done.snapshots_expired == dry.snapshots_expired and done.snapshots_expired
+    assert [Path(p).name for p in done.orphans_removed] == ["planted-orphan.parquet"]
+    assert done.storage_files_after < done.storage_files_before
+    assert time_travel(root) == travel
+    assert [s.stale for s in project.status()] == [[], []]
+    if s3 is not None:
+        assert "warehouse/sales/planted-orphan.parquet" not in s3.keys(bucket)
