@@ -186,8 +186,9 @@ def touched_partitions(alias: str, schema: str, name: str, window: WindowFilter 
 
 
 def table_identity(alias: str) -> str:
-    """The current table id and creating snapshot of ``$schema.$name``, from DuckLake's metadata
-    tables (``ducklake_table``, ``ducklake_schema`` of the DuckLake spec, in ``__ducklake_metadata_<alias>``).
+    """The current table id and creating snapshot of ``$schema.$name`` (names case-folded, as DuckDB
+    resolves them), from DuckLake's metadata tables (``ducklake_table`` and ``ducklake_schema`` of
+    the DuckLake spec, in ``__ducklake_metadata_<alias>``).
 
     A table created after a pin (``CREATE OR REPLACE``, a seed) has a change feed without the rows
     of the table it replaced.
@@ -199,8 +200,10 @@ def table_identity(alias: str) -> str:
     return q.render(exp.select(exp.cast(q.col("table_id", "t"), "VARCHAR"), q.col("begin_snapshot", "t"))
                     .from_(tbl).join(sch, on=on, join_type="inner")
                     .where(q.and_all([
-                        exp.EQ(this=q.col("schema_name", "s"), expression=q.param("schema")),
-                        exp.EQ(this=q.col("table_name", "t"), expression=q.param("name")),
+                        exp.EQ(this=exp.Lower(this=q.col("schema_name", "s")),
+                               expression=exp.Lower(this=q.param("schema"))),
+                        exp.EQ(this=exp.Lower(this=q.col("table_name", "t")),
+                               expression=exp.Lower(this=q.param("name"))),
                         exp.Is(this=q.col("end_snapshot", "t"), expression=exp.Null()),
                         exp.Is(this=q.col("end_snapshot", "s"), expression=exp.Null())])))
 
