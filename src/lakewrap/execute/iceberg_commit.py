@@ -374,7 +374,7 @@ def evolve(tx: Any, arrow_schema: Any, name: str) -> None:
 def apply_changes(tx: Any, changes: Changes, arrow_schema: Any, compiled: CompiledPlan) -> None:
     """``on_schema_change``'s changes to the Iceberg table, in the materialization's transaction;
     the types of new and widened columns are the result's (``arrow_schema``)."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     def field_type(name: str) -> Any:
         return iceberg_schema(pa.schema([arrow_schema.field(name)])).fields[0].field_type
