@@ -395,14 +395,15 @@ class RestoreResult:
     plan: CompiledPlan
     dry_run: bool
     result: Any = None  # the executor's Result once run
+    run_id: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.dry_run or (self.result is not None and self.result.status == "success")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "partition": self.partition, "from_snapshot": self.from_snapshot,
-                "from_run": self.from_run, "dry_run": self.dry_run, "ok": self.ok,
+        return {"run_id": self.run_id, "target": self.target, "partition": self.partition,
+                "from_snapshot": self.from_snapshot, "from_run": self.from_run, "dry_run": self.dry_run, "ok": self.ok,
                 "result": self.result.to_dict() if self.result is not None else None,
                 "plan": self.plan.model_dump(mode="json")}
 
@@ -483,17 +484,19 @@ def restore(root: Path, model: str, *, partition: str | None = None, to_run: str
     out = RestoreResult(target, window.value if window else None, version, to_run, plan, dry_run)
     if dry_run:
         return out
-    out.result = _run_restore(root, plan, {"restored_from": {"snapshot": version, "run_id": to_run}}, run_id)
+    from lakewrap.runner import new_run_id
+
+    out.run_id = run_id or new_run_id(datetime.now(timezone.utc))
+    out.result = _run_restore(root, plan, {"restored_from": {"snapshot": version, "run_id": to_run}}, out.run_id)
     return out
 
 
-def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str | None) -> Any:
+def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str) -> Any:
     from lakewrap.execute.executor import Executor
     from lakewrap.execute.lake import Lake
-    from lakewrap.runner import RunReport, new_run_id, write_results
+    from lakewrap.runner import RunReport, write_results
 
     now = datetime.now(timezone.utc)
-    run_id = run_id or new_run_id(now)
     lake = Lake.open(root)
     folder = lake.root / "target" / "run" / run_id
     con = lake.connect()
