@@ -96,7 +96,8 @@ def reproduce_cmd(run_id: str, model: str | None, partition: str | None, fmt: st
                     styles=styles)
         for r in report.results:
             if r.detail:
-                _say(f"{r.status.lower()}:", f"{r.target} {r.partition or ''}: {r.detail}",
+                where = r.target + (f" {r.partition}" if r.partition else "")
+                _say(f"{r.status.lower()}:", f"{where}: {r.detail}",
                      "yellow" if r.status == "SKIPPED" else "red")
     if not report.ok:
         sys.exit(1)
