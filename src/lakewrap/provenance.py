@@ -148,8 +148,8 @@ def _by_run_or_snapshot(con: Any, alias: str, what: str) -> list[Materialization
         if snap is None:
             raise StateError(f"the lake has no snapshot {text}",
                              hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
-        raise StateError(f"snapshot {text} was not committed by a lakewrap materialization "
-                         f"(author {snap[1]!r}, message {snap[2]!r})",
+        said = f"author {snap[1]!r}, message {snap[2]!r}" if snap[1] or snap[2] else "it has no commit message"
+        raise StateError(f"snapshot {text} was not committed by a lakewrap materialization ({said})",
                          hint="seeds and plain SQL commit snapshots too; `lakewrap history MODEL` lists the "
                          "snapshots lakewrap committed")
     found = read_materializations(con, alias, "run_id", text)
