@@ -15,11 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlglot
+from sqlglot import exp
 
 import lakewrap
 from lakehouse import Lakehouse, at, daily_window, partition
 from lakeproject import Inspector, cli
 from lakewrap.errors import PlanError, SelectionError, StateError, UnsupportedError
+from lakewrap.output import plan_sql
+from lakewrap.provenance import pinned_plan
+from test_golden import CASES, GOLDEN, PROJECT, compile_case
 
 TYPES = {"id": "INTEGER", "k": "VARCHAR", "amount": "BIGINT", "ts": "TIMESTAMPTZ", "updated_at": "TIMESTAMPTZ"}
 
@@ -337,3 +342,54 @@ def test_bad_inputs_are_clear_and_write_nothing(history: History, inspector: Ins
             call(lakewrap.Project(ice))
         assert "query --as-of" in (e3.value.hint or "")
     assert not (ice / ".lakewrap").exists() and not (ice / "warehouse").exists()
+
+
+# --- compile --as-of on every golden case: golden files, and the pinned statements run ------------------
+GOLDEN_PIN = 3
+
+
+def without_versions(text: str) -> str:
+    """The statement with every ``AT (VERSION => n)`` removed, rendered by plain sqlglot."""
+    tree = sqlglot.parse_one(text, read="duckdb")
+    for tbl in tree.find_all(exp.Table):
+        tbl.set("when", None)
+    return tree.sql("duckdb")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_as_of_golden(case: str, update_golden: bool) -> None:
+    """``fixtures/golden/<case>/ducklake_as_of.sql``: the plan with its reads pinned to snapshot 3."""
+    plan = compile_case(case)
+    pinned = pinned_plan(plan, GOLDEN_PIN)
+    text = plan_sql(pinned)
+    path = GOLDEN / case / "ducklake_as_of.sql"
+    if update_golden:
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path.name} for {case}; run pytest --update-golden"
+    assert text == path.read_text(), f"pinned SQL differs from {case}/{path.name}; review, then pytest --update-golden"
+    for before, after in zip(plan.statements, pinned.statements, strict=True):
+        if plan.strategy == "literal":  # run as written: never rewritten
+            assert after.sql == before.sql
+        # nothing but version clauses was added, and never to the table written or lakewrap's temp tables
+        assert without_versions(after.sql) == without_versions(before.sql)
+        assert f'"{plan.target.split(".")[1]}" AT' not in after.sql and '__lakewrap_stage" AT' not in after.sql
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_as_of_statements_run_on_ducklake(case: str, ducklake) -> None:  # type: ignore[no-untyped-def]
+    """DuckDB/DuckLake 1.5.5 accepts every pinned statement (CTEs, joins, subqueries, MERGE, SCD2)."""
+    con = ducklake
+    for statement in sqlglot.parse((PROJECT / "sources.sql").read_text(), read="duckdb"):
+        if statement is not None:
+            con.execute(statement.sql(dialect="duckdb"))
+    version = con.execute("SELECT id FROM lake.current_snapshot()").fetchone()[0]
+    plan = pinned_plan(compile_case(case), version)
+    reads = sum(st.sql.count(f"AT (VERSION => {version})") for st in plan.statements)
+    assert plan.strategy == "literal" or reads >= 1, "a model reads at least one lake table"
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for st in plan.statements:
+            params = {k: v.python() for k, v in st.params.items()}
+            con.execute(st.sql, params) if params else con.execute(st.sql)
+    finally:
+        con.execute("ROLLBACK")
