@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.errors import PlanError
@@ -38,6 +38,9 @@ from lakewrap.spec import (
     TableStrategy,
     TimePartitioning,
 )
+
+if TYPE_CHECKING:
+    from lakewrap.provenance import Materialization, ReproduceReport, RestoreResult
 
 INPUT = "__lakewrap_input"
 
@@ -131,20 +134,21 @@ class Project:
 
     # Provenance (DuckLake): lakewrap.provenance, docs/provenance.md
 
-    def explain(self, snapshot_or_run: str | int) -> list[Any]:
+    def explain(self, snapshot_or_run: str | int) -> list[Materialization]:
         """What produced a snapshot, or what a run materialized (``lakewrap explain``)."""
         from lakewrap.provenance import explain
 
         return explain(self.root, str(snapshot_or_run))
 
-    def reproduce(self, run_id: str, *, model: str | None = None, partition: str | None = None) -> Any:
+    def reproduce(self, run_id: str, *, model: str | None = None,
+                  partition: str | None = None) -> ReproduceReport:
         """Rebuild a run's materializations in scratch space and compare (``lakewrap reproduce``)."""
         from lakewrap.provenance import reproduce
 
         return reproduce(self.root, run_id, model=model, partition=partition)
 
     def restore(self, model: str, *, partition: str | None = None, to_run: str | None = None,
-                to_snapshot: int | None = None, dry_run: bool = False) -> Any:
+                to_snapshot: int | None = None, dry_run: bool = False) -> RestoreResult:
         """Put a partition (or table) back as of a run or snapshot, as a new commit (``lakewrap restore``)."""
         from lakewrap.provenance import restore
 

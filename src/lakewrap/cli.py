@@ -147,7 +147,7 @@ def compile_cmd(
         from lakewrap.provenance import compile_as_of
 
         emit_as_of(*compile_as_of(project, selectors, as_of=as_of, partition=partition, exclude=exclude,
-                                  now=logical_time(now)), fmt, as_of)
+                                  now=logical_time(now), use_cache=not no_cache), fmt, as_of)
         return
     plans = compile_project(
         project, selectors, exclude=exclude, partition=partition, now=logical_time(now), use_cache=not no_cache

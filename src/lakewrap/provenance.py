@@ -159,7 +159,13 @@ def _by_run_or_snapshot(con: Any, alias: str, what: str) -> list[Materialization
 
 
 def explain(root: Path, what: str) -> list[Materialization]:
-    """What produced a snapshot, or what a run materialized: model, partition, run, pins and SQL."""
+    """What produced a snapshot, or what a run materialized: model, partition, run, pins and SQL.
+
+    Example:
+        >>> (m,) = explain(Path("examples/shop"), "18")  # doctest: +SKIP
+        >>> m.target, m.partition, m.pins, m.statements[1]["sql"][:40]  # doctest: +SKIP
+        ('sales.orders', '2024-01-01', {'snapshot': 17}, 'CREATE OR REPLACE TEMPORARY TABLE "__lak')
+    """
     root = root.resolve()
     refuse_iceberg(root, "explain")
     lake, con = _open(root)
@@ -187,14 +193,15 @@ def pinned_plan(plan: CompiledPlan, version: int, params: dict[str, Param] | Non
 
 
 def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition: str | None = None,
-                  exclude: Sequence[str] = (), now: datetime | None = None) -> tuple[list[CompiledPlan], list[str]]:
+                  exclude: Sequence[str] = (), now: datetime | None = None,
+                  use_cache: bool = True) -> tuple[list[CompiledPlan], list[str]]:
     """The selected models' plans with every upstream read pinned to what run ``as_of`` read (or to
     snapshot ``as_of``, a number). Returns the plans and warnings (a model changed since the run)."""
     from lakewrap.compile import compile_project
 
     root = root.resolve()
     refuse_iceberg(root, "compile --as-of")
-    plans = compile_project(root, selectors, exclude=exclude, partition=partition, now=now)
+    plans = compile_project(root, selectors, exclude=exclude, partition=partition, now=now, use_cache=use_cache)
     lake, con = _open(root)
     try:
         if as_of.strip().isdigit():
@@ -301,6 +308,11 @@ def reproduce(root: Path, run_id: str, *, model: str | None = None, partition: s
     statements with every other lake table read at the pin and the target redirected to the copy,
     then compare the copy with the table as of the materialization's own snapshot, as multisets of
     rows. The lake is attached read-only: nothing is written to it.
+
+    Example:
+        >>> report = reproduce(Path("examples/shop"), "20240104T000000Z-f97057")  # doctest: +SKIP
+        >>> report.ok, {r.status for r in report.results}  # doctest: +SKIP
+        (True, {'MATCH', 'SKIPPED'})
     """
     root = root.resolve()
     refuse_iceberg(root, "reproduce")
@@ -411,7 +423,17 @@ class RestoreResult:
 def restore(root: Path, model: str, *, partition: str | None = None, to_run: str | None = None,
             to_snapshot: int | None = None, dry_run: bool = False, run_id: str | None = None) -> RestoreResult:
     """Put one partition (or a whole unpartitioned table) back as it was after run ``to_run`` (or at
-    snapshot ``to_snapshot``), as a new forward commit with its own state record."""
+    snapshot ``to_snapshot``), as a new forward commit with its own state record.
+
+    Raises a :class:`~lakewrap.errors.LakewrapError` with a hint, writing nothing, for an unknown
+    run, model or snapshot, a partition the run did not write, or a failed transaction.
+
+    Example:
+        >>> out = restore(Path("examples/shop"), "sales.orders", partition="2024-01-01",
+        ...               to_run="20240104T000000Z-f97057")  # doctest: +SKIP
+        >>> out.result.rows_deleted, out.result.rows_inserted, out.result.snapshot_id  # doctest: +SKIP
+        (46, 46, 21)
+    """
     from lakewrap.compile import load_project
     from lakewrap.partitions import Grain, parse_partition
     from lakewrap.spec import DynamicPartitioning, TimePartitioning
