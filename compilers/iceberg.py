@@ -43,6 +43,10 @@ ROWS = "__lakewrap_rows"
 CLOSED = "__lakewrap_closed"
 AFTER = "__lakewrap_after"  # the alias of the table-after-the-commit in a test
 
+# A merge into an unpartitioned table matching more keys than this rewrites the table instead of
+# filtering by key (see CommitOp.rewrite; benchmarks/iceberg.py).
+REWRITE_ABOVE = 1000
+
 # The Iceberg partition transform of each partition grain (Iceberg has no week transform).
 TRANSFORMS = {"hourly": "hour", "daily": "day", "weekly": "day", "monthly": "month", "yearly": "year"}
 
@@ -278,8 +282,13 @@ class IcebergCompiler(Compiler):
                 assert isinstance(merge, MergeStrategy)
                 note = ("upsert on " + ", ".join(merge.unique_key) + " computed in DuckDB: replace the matched "
                         "rows, add the new keys" + spec)
+                rewrite: dict[str, str | int] = {}
+                if part is None:
+                    count = exp.select(q.count_star()).from_(q.table(None, MATCHED))
+                    rewrite = {"rewrite": q.render(self.after(plan)), "rewrite_keys": q.render(count),
+                               "rewrite_above": REWRITE_ABOVE}
                 return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
-                                  delete_where=delete_where, note=note), set())]
+                                  delete_where=delete_where, note=note, **rewrite), set())]  # type: ignore[arg-type]
             case "snapshot":
                 note = ("SCD2: replace the closed current versions, add the new versions (nothing is committed "
                         "when no row changed)" + spec)

@@ -143,8 +143,15 @@ class IcebergExecutor:
             log.note(op.line())
             rows = cursor.execute(op.rows).to_arrow_table()
             delete = None
+            rewritten: tuple[int, int] | None = None  # (matched keys, rows of the merge) of a whole rewrite
             if (op.operation == "overwrite" or refresh) and target.table is not None:
                 where = "TRUE" if refresh else op.delete_where or "TRUE"
+                if op.rewrite is not None and op.rewrite_keys is not None and not refresh:
+                    matched = int(log.run(cursor, op.rewrite_keys).fetchone()[0])
+                    if matched > (op.rewrite_above or 0):
+                        log.note(f"{matched} keys match: the commit rewrites the table (no key filter)")
+                        rewritten, where = (matched, rows.num_rows), "TRUE"
+                        rows = cursor.execute(op.rewrite).to_arrow_table()
                 params = {k: v.python() for k, v in op.params.items()}
                 delete = to_filter(where, params, cursor, target.table.schema())
         if compiled.strategy == "snapshot" and rows.num_rows == 0:
@@ -167,6 +174,9 @@ class IcebergExecutor:
         }
         summary = {PREFIX + k: v for k, v in props.items()}
         self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh, changes)
+        if rewritten is not None:  # the read-back counted every row of the table as replaced
+            result.rows_updated, result.rows_inserted, result.rows_deleted = (
+                rewritten[0], rewritten[1] - rewritten[0], 0)
         if stage_rows == 0 and result.rows_deleted > 0:
             warning = f"the result is empty but the partition had {result.rows_deleted} rows; they were removed"
             result.warnings.append(warning)  # (--strict refuses before the commit, below)
