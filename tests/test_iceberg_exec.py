@@ -107,3 +107,15 @@ def test_cross_substrate_scd2_snapshots(history: list[tuple[list[tuple[Any, ...]
             source[-1] = source[-1] | {"updated_at": None}
         steps.append((source, None))
     drive_both(scenarios.fresh_root(tmp_path_factory), files, models, "raw.dim", scenarios.DIM, steps)
+
+
+# --- write path sql: DuckDB writing through the REST adapter ------------------------------------
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_on_iceberg_sql(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from icehouse_sql import RestSqlChecker, RestSqlLakehouse
+
+    monkeypatch.setattr(scenarios, "Lakehouse", RestSqlLakehouse)
+    monkeypatch.setattr(scenarios, "Checker", RestSqlChecker)
+    getattr(scenarios, name)(tmp_path)
