@@ -47,27 +47,36 @@ CROSS = settings(max_examples=ICE_EXAMPLES, deadline=None, suppress_health_check
 
 def drive_both(root: Path, files: dict[str, str], models: list[RefModel], source: str, types: dict[str, str],
                steps: list[tuple[Table, str | None]]) -> None:
-    """Run every step on a DuckLake and on an Iceberg lake; both must match the reference and each other."""
+    """Run every step on a DuckLake, an Iceberg lake written by pyiceberg and an Iceberg lake written by
+    DuckDB SQL through a REST catalog; each must match the reference, and the three the same content."""
+    from icehouse_sql import RestSqlChecker, RestSqlLakehouse
+
+    rest = RestSqlLakehouse(root / "iceberg-sql", files)
     houses = [(Lakehouse(root / "ducklake", files), Checker), (IcebergLakehouse(root / "iceberg", files),
-                                                               IcebergChecker)]
+                                                               IcebergChecker), (rest, RestSqlChecker)]
     checkers = [make(lh, models) for lh, make in houses]
-    for k, (rows, part) in enumerate(steps, 1):
-        contents = []
-        for (lh, _), checker in zip(houses, checkers, strict=True):
-            lh.sql(tables={source: rows}, types={source: types})
-            report = lh.run(partition=part, now=scenarios.now(k))
-            checker.step(report, {source: rows}, partition=part, now=scenarios.now(k))
-            con = lh.connect()
-            try:
-                contents.append({m.target: fetch(con, m.target) for m in models})
-            finally:
-                con.close()
-        ducklake, iceberg = contents
-        for m in models:
-            assert_same_rows(iceberg[m.target], ducklake[m.target], m.columns,
-                             f"step {k} {m.target}: Iceberg differs from DuckLake")
-    for checker in checkers:
-        checker.verify()
+    try:
+        for k, (rows, part) in enumerate(steps, 1):
+            contents = []
+            for (lh, _), checker in zip(houses, checkers, strict=True):
+                lh.sql(tables={source: rows}, types={source: types})
+                report = lh.run(partition=part, now=scenarios.now(k))
+                checker.step(report, {source: rows}, partition=part, now=scenarios.now(k))
+                con = lh.connect()
+                try:
+                    contents.append({m.target: fetch(con, m.target) for m in models})
+                finally:
+                    con.close()
+            ducklake, iceberg, iceberg_sql = contents
+            for m in models:
+                assert_same_rows(iceberg[m.target], ducklake[m.target], m.columns,
+                                 f"step {k} {m.target}: Iceberg differs from DuckLake")
+                assert_same_rows(iceberg_sql[m.target], ducklake[m.target], m.columns,
+                                 f"step {k} {m.target}: Iceberg written by DuckDB SQL differs from DuckLake")
+        for checker in checkers:
+            checker.verify()
+    finally:
+        rest.close()
 
 
 @pytest.mark.slow
