@@ -63,6 +63,16 @@ class _Named:
         return self.identifier
 
 
+ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}", "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables", "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}", "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}", "POST /v1/{prefix}/transactions/commit",
+]
+
+
 def _ns(text: str) -> tuple[str, ...]:
     return tuple(unquote(text).split("\x1f"))
 
@@ -73,8 +83,15 @@ def _table_result(metadata_location: str | None, metadata: Any) -> dict[str, Any
             "config": {}}
 
 
-def make_app(catalog: SqlCatalog) -> Flask:
+def make_app(catalog: SqlCatalog, faults: dict[str, int] | None = None,
+             journal: list[tuple[str, ...]] | None = None) -> Flask:
+    """The Flask app. ``faults`` injects failures of ``/v1/transactions/commit`` for the reliability
+    tests: ``{"lose": n}`` commits the next n transactions but answers 503 (a lost response: the
+    client cannot know it landed), ``{"refuse": n}`` answers 503 without committing. ``journal``
+    receives, for each committed ``/v1/transactions/commit``, the sorted ``schema.table`` names it
+    carried."""
     app = Flask("lakewrap-test-rest-catalog")
+    faults = faults if faults is not None else {}
     lock = threading.Lock()  # one commit at a time, like a catalog's row lock
 
     @app.errorhandler(Exception)
@@ -85,7 +102,9 @@ def make_app(catalog: SqlCatalog) -> Flask:
 
     @app.get("/v1/config")
     def config() -> Response:
-        return jsonify({"defaults": {}, "overrides": {}})
+        # Without an `endpoints` list a client assumes the spec's default set, which lacks
+        # /v1/transactions/commit: DuckDB 1.5.5 then commits each table of a transaction on its own.
+        return jsonify({"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS})
 
     @app.get("/v1/namespaces")
     def list_namespaces() -> Response:
@@ -164,8 +183,19 @@ def make_app(catalog: SqlCatalog) -> Flask:
     @app.post("/v1/transactions/commit")
     def commit_transaction() -> tuple[str, int]:
         requests = [CommitTableRequest.model_validate(c) for c in request.get_json()["table-changes"]]
+        if faults.get("refuse", 0) > 0:
+            faults["refuse"] -= 1
+            return jsonify({"error": {"message": "injected: unavailable", "type": "ServiceUnavailable",
+                                      "code": 503}}), 503  # type: ignore[return-value]
         with lock:
             commit_all(catalog, requests)
+        if journal is not None:
+            journal.append(tuple(sorted(".".join((*r.identifier.namespace.root, r.identifier.name))
+                                        for r in requests)))
+        if faults.get("lose", 0) > 0:
+            faults["lose"] -= 1
+            return jsonify({"error": {"message": "injected: response lost", "type": "ServiceUnavailable",
+                                      "code": 503}}), 503  # type: ignore[return-value]
         return "", 204
 
     return app
@@ -221,11 +251,12 @@ def commit_all(catalog: SqlCatalog, requests: list[CommitTableRequest]) -> None:
 
 
 @contextmanager
-def serve(catalog: SqlCatalog) -> Iterator[str]:
-    """Serve ``catalog`` on 127.0.0.1 in a thread; yields the base URI."""
+def serve(catalog: SqlCatalog, faults: dict[str, int] | None = None,
+          journal: list[tuple[str, ...]] | None = None) -> Iterator[str]:
+    """Serve ``catalog`` on 127.0.0.1 in a thread; yields the base URI (``faults``: see :func:`make_app`)."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     port = free_port()
-    server = make_server("127.0.0.1", port, make_app(catalog), threaded=True)
+    server = make_server("127.0.0.1", port, make_app(catalog, faults, journal), threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -42,11 +43,14 @@ from lakewrap.execute.retry import RetryPolicy
 # What DuckDB 1.5.5 reports when the REST catalog refused the transaction's requirements (a
 # concurrent commit changed a table it writes): nothing of the transaction landed.
 CONFLICT = ("Conflict_409", "CommitFailedException", "TableAlreadyExistsError", "already exists")
+# ... or could not be reached / answered 5xx (DuckDB's HTTP client has retried already)
+UNAVAILABLE = re.compile(r"_5\d\d\b|HTTP 5\d\d\b|Could not connect|Connection")
 TOKEN_SECRET = "lakewrap_iceberg_token"
 
 
 class Conflict(TransientExecutionError):
-    """The catalog refused the commit (409) and the attempt's commit id is not in the state table."""
+    """The commit failed (a 409 conflict, a 5xx or lost connection) and the attempt's commit id is not
+    in the state table: it certainly did not land, so the whole transaction may be retried."""
 
 
 def connect(lake: IcebergLake) -> Any:
@@ -91,8 +95,10 @@ def connect(lake: IcebergLake) -> Any:
 
 
 def conflicted(exc: BaseException) -> bool:
+    """A refusal by the catalog (409), or a server or connection failure (5xx, unreachable): once the
+    state table shows the attempt did not land, retrying the whole transaction is safe."""
     text = str(exc)
-    return any(marker in text for marker in CONFLICT)
+    return any(marker in text for marker in CONFLICT) or UNAVAILABLE.search(text) is not None
 
 
 @dataclass
@@ -159,8 +165,17 @@ class IcebergSqlExecutor:
     def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
                  log: StatementLog, attempt: int, refresh: bool) -> None:
         statements = list(compiled.statements)
-        while statements and statements[0].role == "setup":  # before BEGIN, each committed on its own
-            self._execute(con, statements.pop(0), log)
+        try:
+            while statements and statements[0].role == "setup":  # before BEGIN, each committed on its own
+                self._execute(con, statements.pop(0), log)
+            if self.lake.load(compiled.target) is None:
+                self._create(con, statements, log)
+        except Exception as exc:
+            # Idempotent steps (IF NOT EXISTS) that a concurrent writer got to first: nothing of this
+            # materialization was written, so trying again is safe.
+            if conflicted(exc):
+                raise Conflict(f"{compiled.path}: {str(exc).splitlines()[0]}") from exc
+            raise
         started_at = datetime.now(timezone.utc)
         commit_id = uuid.uuid4().hex
         pins = {name: self._snapshot(name) for name in reads if name != compiled.target}
@@ -238,6 +253,24 @@ class IcebergSqlExecutor:
             log.note(f"commit {commit_id} found in the state table: it landed")
         result.status = "success"
         result.snapshot_id = self._snapshot(compiled.target)
+
+    def _create(self, con: Any, statements: list[CompiledStatement], log: StatementLog) -> None:
+        """First run: create the target, empty, in a transaction of its own before the real one.
+
+        DuckDB 1.5.5 sends a transaction that creates a table as one commit per table (stage-create,
+        then each table's own ``POST .../tables/<t>``), and only a transaction whose tables all
+        exist as one atomic ``POST /v1/transactions/commit``. So the statements up to the first
+        write (stage, guards, the ``CREATE TABLE IF NOT EXISTS ... LIMIT 0`` bootstrap) run and
+        commit here: the table appears with no snapshot and no rows. The materialization then runs
+        in full, its bootstrap a no-op, and commits data and state together.
+        """
+        log.note("first run: the target is created empty in a transaction of its own")
+        log.run(con, sql.BEGIN)
+        for st in statements:
+            if st.role == "write":
+                break
+            self._execute(con, st, log)
+        log.run(con, sql.COMMIT)
 
     # --- helpers --------------------------------------------------------------------------------
 
