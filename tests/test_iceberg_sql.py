@@ -169,6 +169,38 @@ def test_a_failure_mid_transaction_leaves_no_snapshot_and_no_state(when: str, tm
 # --- conflicts and unknown outcomes -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("moved", ["state table", "target"])
+def test_the_catalog_commit_is_atomic_across_the_data_and_the_state_table(moved: str, tmp_path: Path,
+                                                                         served: str) -> None:
+    """One of the two tables moves under the open transaction (a foreign append): the transaction's
+    requirement on it fails, and the other table -- whose own requirement still holds -- must not
+    move either (whichever order the table changes come in)."""
+    from lakewrap.execute.retry import RetryPolicy
+
+    lake = project(tmp_path, served, {"out/di.sql": DI})
+    source(lake, 2, 5)
+    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    name, other = ("lakewrap.out__di", "out.di") if moved == "state table" else ("out.di", "lakewrap.out__di")
+    table = lake.load(name)
+    other_before = lake.load(other).metadata_location
+
+    def foreign(_con: Any) -> None:
+        table.append(table.scan().to_arrow().slice(0, 1))
+
+    spec = load_project(tmp_path, None).select(["out.di"])[0]
+    executor = IcebergSqlExecutor(lake, "run-x", tmp_path / "target" / "x", before_commit=foreign,
+                                  policy=RetryPolicy(attempts=1))
+    con = connect(lake)
+    try:
+        res = materialize_spec(lake, con, executor, spec, "2024-01-02", NOW, None)
+    finally:
+        con.close()
+    assert res.status == "failed" and "Conflict_409" in (res.error or ""), res.error
+    assert lake.load(other).metadata_location == other_before  # neither half committed without the other
+    assert [r["run_id"] for r in state_rows(lake, "out.di")].count("run-x") == 0
+    assert not [r for r in rows_of(lake, "out.di") if r["ts"].date().isoformat() == "2024-01-02"]
+
+
 @pytest.mark.parametrize("same", [True, False], ids=["same-partition", "other-partition"])
 def test_a_conflict_is_retried_as_a_whole_after_the_state_table_says_it_did_not_land(
         same: bool, tmp_path: Path, served: str) -> None:
