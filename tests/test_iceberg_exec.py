@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 import test_strategies_exec as scenarios
 from icehouse import IcebergChecker, IcebergLakehouse
 from lakehouse import Checker, Lakehouse, assert_same_rows, fetch, partition
+from servers import moto_s3  # noqa: F401  (fixture)
 from strategy_reference import RefModel, Row, Table
 
 SCENARIOS = [
@@ -128,3 +129,22 @@ def test_scenario_on_iceberg_sql(name: str, tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(scenarios, "Lakehouse", RestSqlLakehouse)
     monkeypatch.setattr(scenarios, "Checker", RestSqlChecker)
     getattr(scenarios, name)(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["test_merge_partitioned_latest_by", "test_scd2_timestamp_and_check_with_hard_deletes"])
+def test_scenario_on_iceberg_sql_with_an_s3_warehouse(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      moto_s3: Any) -> None:
+    """The same scenarios with the warehouse in a bucket on moto's S3 server: DuckDB writes the data
+    files to S3 through its S3 secret, the REST adapter's FileIO writes the metadata there."""
+    from functools import partial
+
+    from icehouse_sql import AWS_KEY_ID, AWS_SECRET, RestSqlChecker, RestSqlLakehouse
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setattr(scenarios, "Lakehouse", partial(RestSqlLakehouse, s3=moto_s3))
+    monkeypatch.setattr(scenarios, "Checker", RestSqlChecker)
+    getattr(scenarios, name)(tmp_path)
+    assert not list(tmp_path.rglob("*.parquet"))  # every data file went to S3

@@ -81,7 +81,9 @@ def connect(lake: IcebergLake) -> Any:
             except Exception as exc:  # the statement holds the token: never show it
                 raise ExecutionError(f"cannot configure the REST token: {lake.redact(str(exc)).splitlines()[0]}") \
                     from None
-        warehouse = rest.warehouse or lake.config.warehouse or ""
+        # The catalog's warehouse name (`[lake.rest] warehouse`), never the storage location: DuckDB
+        # 1.5.5 attaches an `s3://...` name read-only.
+        warehouse = rest.warehouse or ""
         try:
             con.execute(isql.attach(warehouse, rest.uri, TOKEN_SECRET if token else None))
         except Exception as exc:
