@@ -144,6 +144,16 @@ def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: str) -> dict[str
             snap = t.metadata.snapshot_by_id(int(as_of)) if t is not None else None
             if snap is not None:
                 instant = snap.timestamp_ms
+    elif lake.config.write_path == "sql":  # the run's materializations, from the state tables
+        stamps = []
+        for name, t in tables.items():
+            if t is None or name.startswith("lakewrap."):
+                continue
+            for m in sql_materializations(lake, name):
+                snap = t.metadata.snapshot_by_id(m["snapshot_id"]) if m["snapshot_id"] is not None else None
+                if m["run_id"] == as_of and snap is not None:
+                    stamps.append(snap.timestamp_ms)
+        instant = max(stamps) if stamps else None
     else:
         stamps = [s.timestamp_ms for t in tables.values() if t is not None for s in t.snapshots()
                   if s.summary is not None and s.summary.additional_properties.get(PREFIX + "run_id") == as_of]
