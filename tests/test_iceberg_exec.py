@@ -132,9 +132,10 @@ def test_scenario_on_iceberg_sql(name: str, tmp_path: Path, monkeypatch: pytest.
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["test_merge_partitioned_latest_by", "test_scd2_timestamp_and_check_with_hard_deletes"])
+@pytest.mark.parametrize("name", ["test_merge_partitioned_latest_by",
+                                  "test_scd2_timestamp_and_check_with_hard_deletes"])
 def test_scenario_on_iceberg_sql_with_an_s3_warehouse(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      moto_s3: Any) -> None:
+                                                      request: pytest.FixtureRequest) -> None:
     """The same scenarios with the warehouse in a bucket on moto's S3 server: DuckDB writes the data
     files to S3 through its S3 secret, the REST adapter's FileIO writes the metadata there."""
     from functools import partial
@@ -144,7 +145,7 @@ def test_scenario_on_iceberg_sql_with_an_s3_warehouse(name: str, tmp_path: Path,
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setattr(scenarios, "Lakehouse", partial(RestSqlLakehouse, s3=moto_s3))
+    monkeypatch.setattr(scenarios, "Lakehouse", partial(RestSqlLakehouse, s3=request.getfixturevalue("moto_s3")))
     monkeypatch.setattr(scenarios, "Checker", RestSqlChecker)
     getattr(scenarios, name)(tmp_path)
     assert not list(tmp_path.rglob("*.parquet"))  # every data file went to S3
