@@ -336,3 +336,61 @@ def test_a_bad_input_fails_clearly_and_writes_nothing(case: str, tmp_path: Path,
     assert res["status"] == "failed" and message in res["error"], res["error"]
     assert "models/out/t.sql" in res["error"]
     assert catalog_state(tmp_path) == before  # no table changed: no snapshot, no state row
+
+
+# --- full rebuilds, --full-refresh, lakewrap.materialize() ------------------------------------------------
+
+
+TB = "-- materialized table\nSELECT id, v, ts FROM raw.src\n"
+
+
+def test_a_full_rebuild_replaces_every_row_and_keeps_the_columns(tmp_path: Path, served: str) -> None:
+    lake = project(tmp_path, served, {"out/tb.sql": TB})
+    source(lake, 2, 5)
+    assert run_iceberg_project(tmp_path, now=NOW).ok
+    source(lake, 1, 3, v=1)
+    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert (res.status, res.rows_inserted, res.rows_deleted) == ("success", 3, 0), res.error
+    assert sorted((r["id"], r["v"]) for r in rows_of(lake, "out.tb")) == [(0, 1), (1, 1), (2, 1)]
+    # a column the table lacks: refused, nothing written
+    (tmp_path / "models" / "out" / "tb.sql").write_text(TB.replace("SELECT id, v, ts", "SELECT id, v, ts, 2 AS w"))
+    before = catalog_state(tmp_path)
+    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert res.status == "failed" and "w" in (res.error or "") and catalog_state(tmp_path) == before
+    # a column the result lost: the table keeps it, NULL in the new rows
+    (tmp_path / "models" / "out" / "tb.sql").write_text(TB.replace("SELECT id, v, ts", "SELECT id, ts"))
+    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert res.status == "success", res.error
+    assert sorted((r["id"], r["v"]) for r in rows_of(lake, "out.tb")) == [(0, None), (1, None), (2, None)]
+
+
+def test_full_refresh_recomputes_from_scratch_in_one_transaction(tmp_path: Path, served: str,
+                                                                 journal: list[tuple[str, ...]]) -> None:
+    lake = project(tmp_path, served, {"out/ap.sql": AP})
+    source(lake, 1, 4)
+    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert len(rows_of(lake, "out.ap")) == 8  # append, twice
+    del journal[:]
+    (res,) = run_iceberg_project(tmp_path, now=NOW, full_refresh=True).results
+    assert res.status == "success" and res.rows_inserted == 4, res.error
+    assert len(rows_of(lake, "out.ap")) == 4
+    assert journal == [("lakewrap.out__ap", "out.ap")]  # delete, insert and state: one catalog commit
+    assert state_rows(lake, "out.ap")[-1]["full_refresh"] is True
+
+
+def test_materialize_an_arrow_table_through_the_rest_catalog(tmp_path: Path, served: str) -> None:
+    import lakewrap
+
+    project(tmp_path, served, {})
+    data = pa.Table.from_pylist([{"id": i, "v": i * 10, "ts": datetime(2024, 1, 2, 3, tzinfo=UTC)} for i in range(5)],
+                                schema=SCHEMA)
+    res = lakewrap.materialize(data, lake=tmp_path, target="out.m", strategy="merge", unique_key="id",
+                               run_id="api-1")
+    assert res.status == "success" and res.rows_inserted == 5, res.error
+    res = lakewrap.materialize(data.slice(0, 2), lake=tmp_path, target="out.m", strategy="merge", unique_key="id",
+                               run_id="api-2")
+    assert (res.status, res.rows_inserted, res.rows_updated) == ("success", 0, 2), res.error
+    lake = IcebergLake.open(tmp_path)
+    assert sorted(r["id"] for r in rows_of(lake, "out.m")) == [0, 1, 2, 3, 4]
+    assert [r["run_id"] for r in state_rows(lake, "out.m")] == ["api-1", "api-2"]
