@@ -149,3 +149,45 @@ def test_scenario_on_iceberg_sql_with_an_s3_warehouse(name: str, tmp_path: Path,
     monkeypatch.setattr(scenarios, "Checker", RestSqlChecker)
     getattr(scenarios, name)(tmp_path)
     assert not list(tmp_path.rglob("*.parquet"))  # every data file went to S3
+
+
+def test_table_full_rebuild_on_iceberg_sql(tmp_path: Path) -> None:
+    """``materialized table`` on write path sql (created on the first run, then DELETE + INSERT BY
+    NAME in one transaction), step by step against the reference, including a source that becomes
+    empty."""
+    from icehouse_sql import RestSqlChecker, RestSqlLakehouse
+    from strategy_reference import table as ref_table
+
+    s = scenarios
+    lh = RestSqlLakehouse(tmp_path, {"out/customer_totals.sql": "-- materialized table\n"
+                                     "SELECT customer_id, count(*) AS orders, sum(amount) AS total\n"
+                                     "FROM raw.orders GROUP BY customer_id\n"})
+
+    def totals(sources: dict[str, Table], _w: Any) -> Table:
+        groups: dict[Any, list[Row]] = {}
+        for r in sources["raw.orders"]:
+            groups.setdefault(r["customer_id"], []).append(r)
+        return [{"customer_id": c, "orders": len(rs),
+                 "total": sum(r["amount"] for r in rs if r["amount"] is not None)
+                 if any(r["amount"] is not None for r in rs) else None} for c, rs in groups.items()]
+
+    model = RefModel("out.customer_totals", ("customer_id", "orders", "total"), totals,
+                     lambda before, rows, _w, _n: ref_table(before, rows))
+    checker = RestSqlChecker(lh, [model])
+    history = [
+        [s.insert(s.order(1, s.at(0, 1), customer=1, amount=5), s.order(2, s.at(0, 2), customer=1, amount=None),
+                  s.order(3, s.at(0, 3), customer=2, amount=7, status="shipped"))],
+        ["UPDATE raw.orders SET amount = 50, status = 'shipped' WHERE order_id = 1",
+         "DELETE FROM raw.orders WHERE order_id = 3", s.insert(s.order(4, s.at(1), customer=3, amount=None))],
+        ["DELETE FROM raw.orders"],
+        [s.insert(s.order(5, s.at(2), customer=2, amount=1))],
+    ]
+    try:
+        for step, statements in enumerate(history, 1):
+            sources = lh.sql(*statements, types={"raw.orders": s.ORDERS},
+                             tables={"raw.orders": []} if step == 1 else {}, read=["raw.orders"])
+            report = lh.run(now=s.now(step))
+            checker.step(report, sources, partition=None, now=s.now(step))
+        checker.verify()
+    finally:
+        lh.close()

@@ -394,3 +394,18 @@ def test_materialize_an_arrow_table_through_the_rest_catalog(tmp_path: Path, ser
     lake = IcebergLake.open(tmp_path)
     assert sorted(r["id"] for r in rows_of(lake, "out.m")) == [0, 1, 2, 3, 4]
     assert [r["run_id"] for r in state_rows(lake, "out.m")] == ["api-1", "api-2"]
+
+
+def test_a_dynamic_partition_reads_its_watermark_from_the_state_table(tmp_path: Path, served: str) -> None:
+    """``partitioned dynamic``: each run takes the rows after the last recorded watermark."""
+    model = ("-- materialized incremental\n-- partitioned dynamic key=ts\n-- append\n"
+             "SELECT id, v, ts FROM raw.src WHERE ts > $partition_start AND ts <= $partition_end\n")
+    lake = project(tmp_path, served, {"out/dyn.sql": model})
+    source(lake, 2, 3)  # 2024-01-01 06:00 and 2024-01-02 06:00
+    first = datetime(2024, 1, 1, 12, tzinfo=UTC)
+    (res,) = run_iceberg_project(tmp_path, now=first).results
+    assert res.status == "success" and res.rows_inserted == 3, res.error
+    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert res.status == "success" and res.rows_inserted == 3, res.error  # only day 2: no duplicates
+    assert len(rows_of(lake, "out.dyn")) == 6
+    assert [r["watermark"] for r in state_rows(lake, "out.dyn")] == [first, NOW]

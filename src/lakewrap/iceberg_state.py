@@ -85,6 +85,8 @@ def state_rows(lake: IcebergLake, target: str) -> list[dict[str, Any]]:
     for i, row in enumerate(rows):
         nxt = rows[i + 1]["base_snapshot"] if i + 1 < len(rows) else (lineage[-1] if lineage else None)
         row["snapshot_id"] = nxt
+        snap = table.metadata.snapshot_by_id(nxt) if table is not None and nxt is not None else None
+        row["committed_ms"] = snap.timestamp_ms if snap is not None else None
     return rows
 
 
@@ -92,7 +94,9 @@ def sql_materializations(lake: IcebergLake, target: str) -> list[dict[str, Any]]
     """:func:`materializations` of a target written by DuckDB SQL (read from its state table)."""
     out = []
     for r in state_rows(lake, target):
-        committed = r["started_at"]
+        # the commit time of its snapshot; the start of the attempt when it added none
+        committed = (datetime.fromtimestamp(r["committed_ms"] / 1000, tz=timezone.utc)
+                     if r["committed_ms"] is not None else r["started_at"])
         out.append({
             "snapshot_id": r["snapshot_id"], "run_id": r["run_id"], "partition": r["partition_value"],
             "strategy": r["strategy"], "rows_inserted": r["rows_inserted"], "rows_updated": r["rows_updated"],
