@@ -5,7 +5,8 @@ DuckDB 1.5.5 cannot ``USE`` it (it has no ``main`` schema), so every lake table 
 parts, ``"ice"."schema"."name"``: the shared shapes of :class:`~lakewrap.compilers.base.Compiler`
 read :attr:`Capabilities.catalog` for the target, and the model's own ``schema.table`` references
 are qualified the same way. Temporary tables (the stage, the SCD2 change sets) stay in DuckDB's
-``temp`` catalog.
+``temp`` catalog. Data tests read the target inside the transaction, before ``COMMIT`` (DuckDB
+reads its own uncommitted Iceberg writes), as on a DuckLake.
 
 Capabilities: no views, no ``CREATE OR REPLACE`` (a full rebuild is created on its first run, then
 ``DELETE`` + ``INSERT BY NAME`` in one transaction), no partition DDL (tables are created
@@ -27,7 +28,6 @@ from typing import Any
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.compilers.base import Capabilities, Compiler, Shape
 from lakewrap.errors import Location, UnsupportedError
 from lakewrap.plan import Plan
@@ -58,6 +58,7 @@ STATE_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("started_at", exp.DataType.Type.TIMESTAMPTZ),
     ("attempt", exp.DataType.Type.INT),
     ("lakewrap_version", exp.DataType.Type.VARCHAR),
+    ("tests", exp.DataType.Type.VARCHAR),  # JSON: each data test's name, severity, status, failing rows
 )
 
 
@@ -94,16 +95,6 @@ class IcebergSqlCompiler(Compiler):
         partition_ddl=False,
         catalog=CATALOG,
     )
-
-    def compile(self, plan: Plan) -> CompiledPlan:
-        if plan.model.tests:
-            raise UnsupportedError(
-                f"data tests do not run on Iceberg yet (model {plan.model.path})",
-                location=Location(plan.model.path, plan.model.tests[0].line),
-                hint="remove the `-- test` lines, run `lakewrap test` after the run, or keep the model on "
-                "a DuckLake, where tests run before COMMIT (docs/tests.md)",
-            )
-        return super().compile(plan)
 
     def shapes(self, plan: Plan) -> list[Shape]:
         """The shared shapes, the state table's setup first and the state row last."""

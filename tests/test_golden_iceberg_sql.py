@@ -3,7 +3,7 @@ REST catalog (the test adapter over a pyiceberg SqlCatalog).
 
 Every golden case of ``test_golden.py`` is compiled for substrate ``iceberg-sql``; the annotated
 plan must equal ``fixtures/golden/<case>/iceberg_sql.sql`` byte for byte, or, for a model this path
-refuses (a view, a literal model, a model with data tests), the compile error must equal
+refuses (a view, a literal model), the compile error must equal
 ``iceberg_sql.error`` (``pytest --update-golden`` rewrites both). Then each plan runs through
 lakewrap's SQL executor with DuckDB attached to the REST adapter, twice, and its state row is read
 back from the Iceberg state table.
@@ -57,7 +57,7 @@ def test_golden_iceberg_sql(case: str, update_golden: bool) -> None:
     assert text == path.read_text(), f"compiled plan differs from {case}/{name}; review, then pytest --update-golden"
 
 
-def test_views_literal_models_and_data_tests_are_refused_with_a_hint() -> None:
+def test_views_and_literal_models_are_refused_with_a_hint() -> None:
     refused = [c for c in CASES if c not in RUNNABLE]
     assert {"view_basic", "literal_statements"} <= set(refused)
     for case in refused:

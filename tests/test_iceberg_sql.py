@@ -309,8 +309,6 @@ def test_write_path_sql_without_a_rest_catalog_is_a_located_error(tmp_path: Path
 BAD = {
     "a view": ("-- materialized view\nSELECT id FROM raw.src\n", "cannot hold a view"),
     "a literal model": ("DELETE FROM raw.src\n", "literal model cannot write an Iceberg table"),
-    "a data test": ("-- materialized incremental\n-- unique_key id\n-- test not_null v\n"
-                    "SELECT id, v, ts FROM raw.src\n", "data tests do not run on Iceberg"),
     "duplicate keys": ("-- materialized incremental\n-- unique_key v\nSELECT id, v, ts FROM raw.src\n",
                        "more than once"),
     "rows outside the window": ("-- materialized incremental\n-- partitioned daily key=ts\n"
@@ -409,3 +407,32 @@ def test_a_dynamic_partition_reads_its_watermark_from_the_state_table(tmp_path: 
     assert res.status == "success" and res.rows_inserted == 3, res.error  # only day 2: no duplicates
     assert len(rows_of(lake, "out.dyn")) == 6
     assert [r["watermark"] for r in state_rows(lake, "out.dyn")] == [first, NOW]
+
+
+# --- data tests: write-audit-publish inside the transaction ----------------------------------------------
+
+
+def test_data_tests_audit_the_written_rows_before_commit(tmp_path: Path, served: str) -> None:
+    """An ``error`` test that fails rolls the whole materialization back; a ``warn`` test reports and
+    commits; the outcomes are in the state row. The tests read the target as the transaction left
+    it (DuckDB reads its own uncommitted Iceberg writes): kept rows plus new rows."""
+    model = ("-- materialized incremental\n-- partitioned daily key=ts\n"
+             "-- test accepted_values v=0,1\n-- test relationships id -> raw.src.id\n"
+             "-- test expression \"v < 5\" severity=warn\n"
+             "SELECT id, v, ts FROM raw.src WHERE ts >= $partition_start AND ts < $partition_end\n")
+    lake = project(tmp_path, served, {"out/di.sql": model})
+    source(lake, 2, 4)
+    (res,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).results
+    assert res.status == "success" and [t["status"] for t in res.tests] == ["pass", "pass", "pass"], res.error
+    (row,) = state_rows(lake, "out.di")
+    assert [t["status"] for t in json.loads(row["tests"])] == ["pass", "pass", "pass"]
+    source(lake, 2, 4, v=7)  # v=7: accepted_values fails (error), the expression warns
+    before = catalog_state(tmp_path)
+    (res,) = run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW).results
+    assert res.status == "failed" and "accepted_values" in (res.error or "") and "rolled back" in (res.error or "")
+    assert catalog_state(tmp_path) == before and len(state_rows(lake, "out.di")) == 1
+    (tmp_path / "models" / "out" / "di.sql").write_text(model.replace("v=0,1", "v=0,1,7"))
+    (res,) = run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW).results
+    assert res.status == "success" and [t["status"] for t in res.tests] == ["pass", "pass", "warn"], res.error
+    assert res.warnings and "v < 5" in res.warnings[0]
+    assert [t["failures"] for t in json.loads(state_rows(lake, "out.di")[-1]["tests"])] == [0, 0, 4]

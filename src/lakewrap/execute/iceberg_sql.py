@@ -34,7 +34,7 @@ from lakewrap.compilers import iceberg_sql as isql
 from lakewrap.compilers import lake as sql
 from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement
 from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
-from lakewrap.execute import extensions
+from lakewrap.execute import checks, extensions
 from lakewrap.execute.executor import Result, StrictRefusal
 from lakewrap.execute.iceberg import TOKEN_ENV, IcebergLake
 from lakewrap.execute.log import StatementLog
@@ -188,8 +188,19 @@ class IcebergSqlExecutor:
         if refresh:  # --full-refresh: computed as a first run, in the same transaction
             log.note("--full-refresh: every row is deleted first, in the same transaction")
             log.run(con, isql.delete_all(compiled.target))
+        result.tests.clear()
+        outcomes: list[checks.TestOutcome] = []
         for st in statements:
+            if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
+                outcome = checks.run_test(con, st, log, compiled.path)
+                outcomes.append(outcome)
+                result.tests.append(outcome.to_dict())
+                if outcome.status == "warn":
+                    result.warnings.append(outcome.summary())
+                continue
             if st.note == isql.STATE_NOTE:
+                if (failed := checks.failure(outcomes)) is not None:
+                    raise failed
                 if compiled.strategy == "snapshot" and inserted == updated == deleted == 0:
                     log.run(con, sql.ROLLBACK)
                     result.status = "unchanged"
@@ -213,6 +224,8 @@ class IcebergSqlExecutor:
                     "rows_inserted": inserted, "rows_updated": updated, "rows_deleted": deleted,
                     "full_refresh": refresh, "started_at": started_at, "attempt": attempt,
                     "lakewrap_version": __version__,
+                    "tests": json.dumps([{k: t.to_dict()[k] for k in ("name", "severity", "line", "status", "failures")}
+                                         for t in outcomes]),
                 }
                 log.run(con, st.sql, {isql.STATE_PREFIX + k: v for k, v in state.items()}, role=st.role)
                 continue
