@@ -436,3 +436,20 @@ def test_data_tests_audit_the_written_rows_before_commit(tmp_path: Path, served:
     assert res.status == "success" and [t["status"] for t in res.tests] == ["pass", "pass", "warn"], res.error
     assert res.warnings and "v < 5" in res.warnings[0]
     assert [t["failures"] for t in json.loads(state_rows(lake, "out.di")[-1]["tests"])] == [0, 0, 4]
+
+
+def test_on_schema_change_is_not_applied_on_the_sql_path(tmp_path: Path, served: str) -> None:
+    """Documented behaviour (docs/schema-changes.md): the columns are not compared; the INSERT BY
+    NAME casts a retyped column and fills a lost one with NULL (a new column fails, see above)."""
+    lake = project(tmp_path, served, {"out/di.sql": DI})
+    source(lake, 2, 3, v=4)
+    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    retyped = DI.replace("SELECT id, v, ts", "SELECT id, CAST(v AS VARCHAR) AS v, ts")
+    (tmp_path / "models" / "out" / "di.sql").write_text(retyped)
+    (res,) = run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW).results
+    assert res.status == "success", res.error
+    (tmp_path / "models" / "out" / "di.sql").write_text(DI.replace("SELECT id, v, ts", "SELECT id, ts"))
+    (res,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).results
+    assert res.status == "success", res.error
+    assert sorted((r["ts"].day, r["v"]) for r in rows_of(lake, "out.di")) == [(1, None)] * 3 + [(2, 4)] * 3
+    assert [f.name for f in lake.load("out.di").schema().fields] == ["id", "v", "ts"]
