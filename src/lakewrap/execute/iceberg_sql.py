@@ -10,9 +10,12 @@ The protocol (DESIGN §5, docs/iceberg.md):
   id, model, partition, strategy, ``sql_sha256``, pins, row counts) into the target's Iceberg state
   table, so DuckDB's one ``POST /v1/transactions/commit`` carries data and state together;
 * a ``COMMIT`` that fails is never retried blindly: the state table is searched for the attempt's
-  commit id first. Found: it landed. Not found after a conflict (409 ``CommitFailedException``):
-  the whole transaction is retried with capped, jittered backoff. Not found after any other
-  error: the outcome is re-checked once more, then reported as a failure (never re-applied).
+  commit id first. Found: it landed. Not found after a conflict (409 ``CommitFailedException``) or
+  an unavailable catalog (5xx, unreachable): nothing landed, and the whole transaction is retried
+  with capped, jittered backoff. Not found after any other error: a failure, not retried. The
+  state table cannot be read: the outcome is unknown, reported, never retried.
+* a model's first run creates its target, empty, in a transaction of its own before the real one
+  (see :meth:`IcebergSqlExecutor._create`).
 """
 
 from __future__ import annotations
