@@ -176,3 +176,12 @@ def delete_all(target: str) -> str:
     """``DELETE FROM "ice"."schema"."name"`` (``--full-refresh``: computed as a first run)."""
     schema, _, name = target.partition(".")
     return q.render(exp.Delete(this=lake_table(schema, name)))
+
+
+def describe(target: str) -> str:
+    """``DESCRIBE "ice"."schema"."name"``: the target's columns and DuckDB types, in order.
+
+    ``duckdb_columns()`` lists an attached Iceberg table as one placeholder column on DuckDB 1.5.5.
+    """
+    schema, _, name = target.partition(".")
+    return q.render(exp.Describe(this=lake_table(schema, name)))

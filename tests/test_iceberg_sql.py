@@ -150,20 +150,24 @@ def test_a_failure_mid_transaction_leaves_no_snapshot_and_no_state(when: str, tm
     assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
     before, rows_before = catalog_state(tmp_path), rows_of(lake, "out.di")
     hook = None
-    if when == "a statement after the DELETE":  # the INSERT BY NAME names a column the table lacks
-        (tmp_path / "models" / "out" / "di.sql").write_text(DI.replace("SELECT id, v, ts", "SELECT id, v, ts, 1 AS x"))
+    if when == "a statement after the DELETE":  # a test query that fails at run time, after the writes
+        (tmp_path / "checks").mkdir()
+        (tmp_path / "checks" / "boom.sql").write_text("SELECT CAST('x' || id AS INTEGER) AS y FROM out.di\n")
+        (tmp_path / "models" / "out" / "di.sql").write_text(DI.replace("SELECT id", "-- test sql checks/boom.sql\n"
+                                                                                   "SELECT id"))
     else:
         def hook(con: Any) -> None:
             raise RuntimeError("injected failure before COMMIT")
     res = run_one(tmp_path, lake, "out.di", "2024-01-01", "run-2", hook)
     assert res.status == "failed" and res.snapshot_id is None
-    assert ("x" in (res.error or "")) if hook is None else "injected failure" in (res.error or "")
+    assert ("Conversion Error" in (res.error or "")) if hook is None else "injected failure" in (res.error or "")
     assert catalog_state(tmp_path) == before  # no table (data or state) moved
     assert rows_of(lake, "out.di") == rows_before and len(state_rows(lake, "out.di")) == 1
     log = next((tmp_path / "target" / "run-2").glob("*.sql")).read_text()
     assert "ROLLBACK" in log and "\nCOMMIT;" not in log
     if hook is None:
-        assert log.index("DELETE FROM") < log.index("-- failed")  # the DELETE ran, then was rolled back
+        # the DELETE and the INSERT ran, then the test failed and everything was rolled back
+        assert log.rindex("DELETE FROM") < log.rindex("INSERT INTO") < log.index("-- failed")
 
 
 # --- conflicts and unknown outcomes -----------------------------------------------------------------------
@@ -438,18 +442,36 @@ def test_data_tests_audit_the_written_rows_before_commit(tmp_path: Path, served:
     assert [t["failures"] for t in json.loads(state_rows(lake, "out.di")[-1]["tests"])] == [0, 0, 4]
 
 
-def test_on_schema_change_is_not_applied_on_the_sql_path(tmp_path: Path, served: str) -> None:
-    """Documented behaviour (docs/schema-changes.md): the columns are not compared; the INSERT BY
-    NAME casts a retyped column and fills a lost one with NULL (a new column fails, see above)."""
+def test_on_schema_change_on_the_sql_path(tmp_path: Path, served: str, journal: list[tuple[str, ...]]) -> None:
+    """The shared decision (compilers.schema) inside the transaction: ``fail`` refuses and writes
+    nothing; ``append_new_columns`` adds the column and ``sync_all_columns`` drops one and widens an
+    int to a bigint (Iceberg's promotions), each in the one catalog commit that writes the data;
+    ``ignore`` leaves a new column out."""
     lake = project(tmp_path, served, {"out/di.sql": DI})
-    source(lake, 2, 3, v=4)
+    source(lake, 3, 2, v=4)
     assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
-    retyped = DI.replace("SELECT id, v, ts", "SELECT id, CAST(v AS VARCHAR) AS v, ts")
-    (tmp_path / "models" / "out" / "di.sql").write_text(retyped)
-    (res,) = run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW).results
+    model = tmp_path / "models" / "out" / "di.sql"
+
+    def run(mode: str | None, select: str, day: str) -> Any:
+        header = f"-- on_schema_change {mode}\n" if mode else ""
+        model.write_text(header + DI.replace("SELECT id, v, ts", select))
+        del journal[:]
+        (res,) = run_iceberg_project(tmp_path, partition=day, now=NOW).results
+        return res
+
+    before = catalog_state(tmp_path)
+    res = run(None, "SELECT id, v, ts, 1 AS w", "2024-01-02")
+    assert res.status == "failed" and "differ from table out.di" in (res.error or ""), res.error
+    assert catalog_state(tmp_path) == before
+    res = run("append_new_columns", "SELECT id, v, ts, 1 AS w", "2024-01-02")
     assert res.status == "success", res.error
-    (tmp_path / "models" / "out" / "di.sql").write_text(DI.replace("SELECT id, v, ts", "SELECT id, ts"))
-    (res,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).results
+    assert [" ".join(c.split()) for c in res.schema_changes] == ['ALTER TABLE "ice"."out"."di" ADD COLUMN "w" INT']
+    assert journal == [("lakewrap.out__di", "out.di")]  # the ALTER commits with the data
+    assert sorted((r["ts"].day, r["w"]) for r in rows_of(lake, "out.di")) == [(1, None)] * 2 + [(2, 1)] * 2
+    res = run("ignore", "SELECT id, v, ts, 1 AS w, 2 AS z", "2024-01-02")
+    assert res.status == "success" and "z" not in [f.name for f in lake.load("out.di").schema().fields], res.error
+    res = run("sync_all_columns", "SELECT id, CAST(v AS BIGINT) AS v, ts", "2024-01-03")
     assert res.status == "success", res.error
-    assert sorted((r["ts"].day, r["v"]) for r in rows_of(lake, "out.di")) == [(1, None)] * 3 + [(2, 4)] * 3
-    assert [f.name for f in lake.load("out.di").schema().fields] == ["id", "v", "ts"]
+    fields = {f.name: str(f.field_type) for f in lake.load("out.di").schema().fields}
+    assert fields == {"id": "int", "v": "long", "ts": "timestamptz"}
+    assert sorted((r["ts"].day, r["v"]) for r in rows_of(lake, "out.di")) == [(d, 4) for d in (1, 1, 2, 2, 3, 3)]

@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap import __version__
+from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers import iceberg_sql as isql
 from lakewrap.compilers import lake as sql
-from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement
+from lakewrap.compilers import schema as schema_sql
+from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, SchemaCheck
 from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
 from lakewrap.execute import checks, extensions
 from lakewrap.execute.executor import Result, StrictRefusal
@@ -192,8 +194,13 @@ class IcebergSqlExecutor:
             log.note("--full-refresh: every row is deleted first, in the same transaction")
             log.run(con, isql.delete_all(compiled.target))
         result.tests.clear()
+        result.schema_changes.clear()
         outcomes: list[checks.TestOutcome] = []
+        schema_check = compiled.schema_check
         for st in statements:
+            if schema_check is not None and st.role in ("bootstrap", "write"):  # before the first write
+                result.schema_changes = self._schema(con, schema_check, compiled, log)
+                schema_check = None
             if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
                 outcome = checks.run_test(con, st, log, compiled.path)
                 outcomes.append(outcome)
@@ -289,6 +296,30 @@ class IcebergSqlExecutor:
                 break
             self._execute(con, st, log)
         log.run(con, sql.COMMIT)
+
+    def _schema(self, con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog) -> list[str]:
+        """``on_schema_change``: compare the staged result with the table, inside the transaction,
+        and run the ``ALTER TABLE`` statements the mode calls for (Iceberg's type promotions only);
+        they commit with the data. Raises ``SchemaChangeError`` when the mode refuses the change."""
+        schema, name = compiled.target.split(".", 1)
+        table = [(str(r[0]), str(r[1])) for r in log.run(con, isql.describe(compiled.target), role="schema")
+                 .fetchall()]
+        relation = check.relation
+        if relation is None:  # nothing staged: the result's columns from its `LIMIT 0` bootstrap query
+            bootstrap = next(st for st in compiled.statements if st.role == "bootstrap")
+            params = {k: v.python() for k, v in bootstrap.params.items()}
+            log.run(con, schema_sql.stage_result(bootstrap.sql), params or None, role="schema")
+            relation = schema_sql.RESULT
+        result = [(str(r[0]), str(r[1])) for r in log.run(
+            con, schema_sql.columns_query(), {"database": "temp", "schema": "main", "name": relation},
+            role="schema").fetchall()]
+        if check.relation is None:
+            log.run(con, schema_sql.drop_result(), role="schema")
+        statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table, ice.widens, "Iceberg",
+                                        catalog=isql.CATALOG)
+        for stmt in statements:
+            log.run(con, stmt, role="schema")
+        return statements
 
     # --- helpers --------------------------------------------------------------------------------
 
