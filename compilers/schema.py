@@ -122,33 +122,43 @@ def _dtype(text: str) -> exp.DataType:
     return exp.DataType.build(text, dialect="duckdb")
 
 
-def add_column(schema: str | None, table: str, name: str, dtype: str) -> str:
+def _target(schema: str | None, table: str, catalog: str | None) -> exp.Table:
+    """``"schema"."table"``, in three parts with ``catalog`` (Iceberg through DuckDB SQL)."""
+    from lakewrap.compilers import sql as q
+
+    tbl = q.table(schema, table)
+    if catalog is not None:
+        tbl.set("catalog", q.ident(catalog))
+    return tbl
+
+
+def add_column(schema: str | None, table: str, name: str, dtype: str, catalog: str | None = None) -> str:
     """``ALTER TABLE t ADD COLUMN c <type>``."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
 
     col = exp.ColumnDef(this=q.ident(name), kind=_dtype(dtype))
-    return q.render(exp.Alter(this=q.table(schema, table), kind="TABLE", actions=[col]))
+    return q.render(exp.Alter(this=_target(schema, table, catalog), kind="TABLE", actions=[col]))
 
 
-def drop_column(schema: str | None, table: str, name: str) -> str:
+def drop_column(schema: str | None, table: str, name: str, catalog: str | None = None) -> str:
     """``ALTER TABLE t DROP COLUMN c``."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
 
-    return q.render(exp.Alter(this=q.table(schema, table), kind="TABLE",
+    return q.render(exp.Alter(this=_target(schema, table, catalog), kind="TABLE",
                               actions=[exp.Drop(tables=[q.col(name)], kind="COLUMN")]))
 
 
-def widen_column(schema: str | None, table: str, name: str, dtype: str) -> str:
+def widen_column(schema: str | None, table: str, name: str, dtype: str, catalog: str | None = None) -> str:
     """``ALTER TABLE t ALTER COLUMN c SET DATA TYPE <type>`` (DuckLake accepts widening promotions only)."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
 
-    return q.render(exp.Alter(this=q.table(schema, table), kind="TABLE",
+    return q.render(exp.Alter(this=_target(schema, table, catalog), kind="TABLE",
                               actions=[exp.AlterColumn(this=q.ident(name), dtype=_dtype(dtype))]))
 
 
@@ -316,14 +326,16 @@ def changes(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequ
 
 
 def resolve(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequence[Column],
-            table: Sequence[Column]) -> list[str]:
+            table: Sequence[Column], widens: Callable[[str, str], bool] | None = None,
+            substrate: str = "DuckLake", catalog: str | None = None) -> list[str]:
     """The DuckDB statements that make the write valid (see :func:`changes`), in the order DuckLake
-    needs them: widen, add, leave out of the stage, drop."""
-    c = changes(check, path, target, result, table)
+    needs them: widen, add, leave out of the stage, drop. ``catalog`` names the target in three
+    parts (Iceberg through DuckDB SQL)."""
+    c = changes(check, path, target, result, table, widens, substrate)
     schema, name = target
-    out = [widen_column(schema, name, col, dtype) for col, dtype in c.widen]
-    out += [add_column(schema, name, col, dtype) for col, dtype in c.add]
+    out = [widen_column(schema, name, col, dtype, catalog) for col, dtype in c.widen]
+    out += [add_column(schema, name, col, dtype, catalog) for col, dtype in c.add]
     assert not c.leave_out or check.relation is not None
     out += [drop_column(None, check.relation, col) for col in c.leave_out]  # type: ignore[arg-type]
-    out += [drop_column(schema, name, col) for col in c.drop]
+    out += [drop_column(schema, name, col, catalog) for col in c.drop]
     return out
