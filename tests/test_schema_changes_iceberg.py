@@ -1,4 +1,4 @@
-"""Schema drift under each ``on_schema_change`` mode on real Iceberg lakes (pyiceberg write path).
+"""Schema drift under each ``on_schema_change`` mode on real Iceberg lakes (both write paths).
 
 The drift kinds, modes and expected tables of ``test_schema_changes`` (computed there from the two
 SELECT lists and the rule table of ``docs/schema-changes.md``), with one substrate difference:
@@ -16,9 +16,17 @@ from typing import Any
 import pytest
 
 from icehouse import IcebergLakehouse
+from icehouse_sql import RestSqlLakehouse
 from lakehouse import result_for
-from test_checks_iceberg import state
 from test_schema_changes import DRIFTS, ITEMS, MERGE, MODES, NOW, SCD2, SOURCE, V1, expected, model, read
+
+
+def state(lake: IcebergLakehouse) -> tuple[Any, ...]:
+    """Every table's metadata location and every file of the lake and its REST server (path, size)."""
+    tables = sorted((name, lake.ice.load(name).metadata_location) for name in lake.ice.tables())
+    files = sorted((str(p.relative_to(lake.root)), p.stat().st_size)
+                   for folder in (".lakewrap", "rest-server") for p in (lake.root / folder).rglob("*") if p.is_file())
+    return tuple(tables), tuple(files)
 
 
 def expected_on_iceberg(drift: str, mode: str) -> tuple[list[tuple[str, str]], list[dict[str, Any]]] | str:
@@ -30,8 +38,11 @@ def expected_on_iceberg(drift: str, mode: str) -> tuple[list[tuple[str, str]], l
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("drift", list(DRIFTS))
-def test_drift_under_each_mode(tmp_path: Path, drift: str, mode: str) -> None:
-    lake = IcebergLakehouse(tmp_path, {"sales/items.sql": model(V1, mode)})
+@pytest.mark.parametrize("path", ["pyiceberg", "sql"])
+def test_drift_under_each_mode(tmp_path: Path, path: str, drift: str, mode: str) -> None:
+    """Both write paths: the pyiceberg commit, and DuckDB's SQL through the REST test adapter."""
+    kind = IcebergLakehouse if path == "pyiceberg" else RestSqlLakehouse
+    lake = kind(tmp_path, {"sales/items.sql": model(V1, mode)})
     lake.sql(*SOURCE)
     first = result_for(lake.run(partition="2024-01-01", now=NOW), "sales.items")
     assert first.status == "success", first.error
