@@ -3,7 +3,8 @@
 A. ``lakewrap backfill`` of 64 daily partitions × 3 models (``events`` delete+insert from a raw
    table, ``events_daily`` aggregating it per day, ``events_merge`` merging the raw rows on a key):
    serial (``--workers 1``) vs ``--workers 2`` (threads) on a DuckDB-file catalog, and serial vs
-   ``--workers 2`` vs ``--executor dask`` (LocalCluster, 2 workers) on a PostgreSQL catalog (a
+   ``--workers 2`` (threads, then ``--executor process``) vs ``--executor dask`` (LocalCluster, 2
+   workers) on a PostgreSQL catalog (a
    throw-away server from Debian's binaries, as the tests start it). Each configuration runs in a
    fresh lake; wall time is the whole ``run_project`` call. Every configuration's tables must have
    the same digest as the serial run's.
@@ -101,7 +102,8 @@ def part_a(work: Path, days: int, rows: int, postgres: bool) -> list[dict[str, A
 
         pg = start_postgres()
         os.environ["PGPASSWORD"] = pg.password
-        for kw in ({"workers": 1}, {"workers": 2}, {"workers": 2, "executor": "dask"}):
+        for kw in ({"workers": 1}, {"workers": 2}, {"workers": 2, "executor": "process"},
+                   {"workers": 2, "executor": "dask"}):
             configs.append(("postgres", "pg", kw))
     try:
         reference = None

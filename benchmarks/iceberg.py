@@ -1,4 +1,4 @@
-"""lakewrap on Iceberg (pyiceberg commits) against pyiceberg's ``upsert()`` and the DuckLake run.
+"""lakewrap on Iceberg (both write paths) against pyiceberg's ``upsert()`` and the DuckLake run.
 
 Workload: ``raw.orders`` (order_id, customer_id, amount DECIMAL(18,2), status, created_at,
 updated_at) over 90 days, N rows, in an Iceberg lake (pyiceberg SqlCatalog on SQLite, local
@@ -7,9 +7,11 @@ warehouse) and in a DuckLake (DuckDB-file catalog), both built by the same DuckD
 - merge: ``raw.delta`` holds 1% of the orders with a new status and amount, plus N/90 new orders;
   the model ``-- unique_key order_id`` over ``raw.delta`` merges it into a target that holds all
   N orders (built by the same model's first run over the full source). Measured: lakewrap on
-  Iceberg (DuckDB computes the matched and new rows, one pyiceberg overwrite by key), the same
-  model on DuckLake (MERGE INTO), and pyiceberg's ``table.upsert(delta, join_cols=["order_id"])``
-  on an identical copy of the Iceberg target.
+  Iceberg (DuckDB computes the matched and new rows, one pyiceberg overwrite by key), lakewrap on
+  Iceberg through write path ``sql`` (DuckDB's ``MERGE INTO`` through a REST catalog: the test
+  adapter of ``tests/rest_adapter.py`` over a SqlCatalog, in this process), the same model on
+  DuckLake (MERGE INTO), and pyiceberg's ``table.upsert(delta, join_cols=["order_id"])`` on an
+  identical copy of the Iceberg target.
 - partition replace: ``partitioned daily key=created_at``, re-running day 90 (one pyiceberg
   overwrite of the day vs DuckLake DELETE + INSERT).
 - full rebuild: ``materialized table`` over the whole source.
@@ -28,14 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 NOW = datetime(2024, 6, 1, tzinfo=timezone.utc)
+TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 SOURCE = """
 SELECT
@@ -77,9 +82,9 @@ def arrow(sql: str) -> Any:
         con.close()
 
 
-def make_project(root: Path, substrate: str) -> None:
+def make_project(root: Path, substrate: str, toml: str | None = None) -> None:
     root.mkdir(parents=True)
-    (root / "lakewrap.toml").write_text(f'[lake]\nsubstrate = "{substrate}"\n')
+    (root / "lakewrap.toml").write_text(toml or f'[lake]\nsubstrate = "{substrate}"\n')
     for rel, text in MODELS.items():
         (root / "models" / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / "models" / rel).write_text(text)
@@ -139,17 +144,27 @@ def main(argv: list[str] | None = None) -> int:
     orders = arrow(source)
     delta = arrow(DELTA.format(source=source, n=n))
     out: dict[str, Any] = {"rows": n, "delta_rows": delta.num_rows, "reps": reps}
-    with tempfile.TemporaryDirectory(prefix="lakewrap-bench-ice-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lakewrap-bench-ice-") as tmp, ExitStack() as stack:
         work = Path(tmp)
-        ice, duck = work / "iceberg", work / "ducklake"
+        ice, icesql, duck = work / "iceberg", work / "iceberg_sql", work / "ducklake"
+        sys.path.insert(0, str(TESTS))
+        from icehouse_sql import rest_toml, start_rest
+
+        uri, _ = start_rest(work, stack)
         make_project(ice, "iceberg")
+        make_project(icesql, "iceberg", rest_toml(uri))
         make_project(duck, "ducklake")
-        for root, load in ((ice, load_iceberg), (duck, load_ducklake)):
+        paths = {"lakewrap_iceberg": ice, "lakewrap_iceberg_sql": icesql, "lakewrap_ducklake": duck}
+        for root, load in ((ice, load_iceberg), (icesql, load_iceberg), (duck, load_ducklake)):
             load(root, {"orders": orders, "delta": orders})  # the merge target starts as every order
             run(root, "sales.merged")
             load(root, {"delta": delta})
-        out["merge"] = {"lakewrap_iceberg": median(lambda: run(ice, "sales.merged"), reps),
-                        "lakewrap_ducklake": median(lambda: run(duck, "sales.merged"), reps)}
+
+        def each(selector: str, partition: str | None = None) -> dict[str, float]:
+            return {name: median(lambda r=root: run(r, selector, partition), reps)  # type: ignore[misc]
+                    for name, root in paths.items()}
+
+        out["merge"] = each("sales.merged")
         if not args.no_upsert:
             from lakewrap.execute.iceberg import IcebergLake
 
@@ -166,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
                 return time.perf_counter() - start
 
             out["merge"]["pyiceberg_upsert"] = median(upsert, reps)
-        out["partition_replace"] = {"lakewrap_iceberg": median(lambda: run(ice, "sales.daily", "2024-03-30"), reps),
-                                    "lakewrap_ducklake": median(lambda: run(duck, "sales.daily", "2024-03-30"), reps)}
-        out["full_rebuild"] = {"lakewrap_iceberg": median(lambda: run(ice, "sales.full"), reps),
-                               "lakewrap_ducklake": median(lambda: run(duck, "sales.full"), reps)}
+        out["partition_replace"] = each("sales.daily", "2024-03-30")
+        out["full_rebuild"] = each("sales.full")
     merge = out["merge"]
     if "pyiceberg_upsert" in merge:
         out["goal_merge_20x_faster_than_upsert"] = merge["pyiceberg_upsert"] / merge["lakewrap_iceberg"] >= 20
+        out["goal_sql_merge_20x_faster_than_upsert"] = merge["pyiceberg_upsert"] / merge["lakewrap_iceberg_sql"] >= 20
     out["goal_merge_within_3x_of_ducklake"] = merge["lakewrap_iceberg"] / merge["lakewrap_ducklake"] <= 3
+    out["goal_sql_merge_within_3x_of_ducklake"] = merge["lakewrap_iceberg_sql"] / merge["lakewrap_ducklake"] <= 3
     text = json.dumps(out, indent=2)
     print(text)
     if args.out:

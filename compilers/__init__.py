@@ -17,7 +17,7 @@ def __getattr__(name: str) -> Any:
 
 
 def compiler_for(substrate: str) -> Compiler:
-    """The compiler of a substrate (``ducklake`` or ``iceberg``)."""
+    """The compiler of a substrate (``ducklake``, ``iceberg``, or ``iceberg-sql``: Iceberg written by DuckDB SQL)."""
     from lakewrap.errors import UnsupportedError
 
     if substrate == "ducklake":
@@ -28,6 +28,10 @@ def compiler_for(substrate: str) -> Compiler:
         from lakewrap.compilers.iceberg import IcebergCompiler
 
         return IcebergCompiler()
+    if substrate == "iceberg-sql":
+        from lakewrap.compilers.iceberg_sql import IcebergSqlCompiler
+
+        return IcebergSqlCompiler()
     raise UnsupportedError(f"no compiler for substrate `{substrate}`", hint="use `ducklake` or `iceberg`")
 
 

@@ -79,12 +79,23 @@ class CommitOp(_Out):
     params: dict[str, Param] = {}
     note: str | None = None
     partition: tuple[str, str] | None = None  # (Iceberg transform, column) of a table this commit creates
+    # A merge into an unpartitioned table: when ``rewrite_keys`` counts more matched keys than
+    # ``rewrite_above``, the commit replaces every row with the rows of ``rewrite`` (the whole table
+    # after the merge) instead of binding a key filter of that many values (pyiceberg binds an IN
+    # filter several times at ~20 us a value: 1.5 s of a 2.2 s merge of 10,000 keys).
+    rewrite: str | None = None
+    rewrite_keys: str | None = None
+    rewrite_above: int | None = None
 
     def line(self) -> str:
         """The readable one-liner ``lakewrap compile`` prints."""
         where = f" where {' '.join(self.delete_where.split())}" if self.delete_where is not None else ""
         verb = "delete" + where + ", then append" if self.operation == "overwrite" else "append"
-        return f"pyiceberg {self.operation} {self.table}: {verb} the rows of {' '.join(self.rows.split())}"
+        text = f"pyiceberg {self.operation} {self.table}: {verb} the rows of {' '.join(self.rows.split())}"
+        if self.rewrite is not None:
+            text += (f"; when more than {self.rewrite_above} keys match: delete every row, then append the rows of "
+                     f"{' '.join(self.rewrite.split())}")
+        return text
 
 
 class Window(_Out):

@@ -93,6 +93,9 @@ class Capabilities:
     max_merge_update_actions: int = 1
     supports_merge_predicate: bool = True
     partition_ddl: bool = True
+    # The attached catalog every lake table is named in (three-part names), for a substrate whose
+    # catalog cannot be selected with USE (Iceberg through DuckDB's REST client); None: two-part.
+    catalog: str | None = None
 
 
 @dataclass(frozen=True)
@@ -210,12 +213,17 @@ class Compiler:
         tree = take_query(plan.model.sql, plan.model.path)
         if plan.binding is not None:
             tree = naive_bounds(tree)
+        if self.caps.catalog is not None:
+            tree = q.in_catalog(tree, self.caps.catalog)
         assert isinstance(tree, exp.Query)
         return tree
 
     def target(self, plan: Plan) -> exp.Table:
         t = plan.model.target
-        return q.table(t.schema_name, t.name)
+        tbl = q.table(t.schema_name, t.name)
+        if self.caps.catalog is not None:
+            tbl.set("catalog", q.ident(self.caps.catalog))
+        return tbl
 
     def columns(self, plan: Plan, why: str) -> tuple[str, ...]:
         if plan.columns is None:
@@ -229,7 +237,9 @@ class Compiler:
 
     def setup(self, plan: Plan) -> Shape:
         t = plan.model.target
-        return Shape("setup", exp.Create(this=exp.Table(db=q.ident(t.schema_name)), kind="SCHEMA", exists=True))
+        catalog = q.ident(self.caps.catalog) if self.caps.catalog is not None else None
+        return Shape("setup", exp.Create(this=exp.Table(db=q.ident(t.schema_name), catalog=catalog), kind="SCHEMA",
+                                         exists=True))
 
     def stage(self, plan: Plan, select: exp.Expr) -> Shape:
         node = exp.Create(
@@ -323,6 +333,16 @@ class Compiler:
     # --- strategies -------------------------------------------------------------------------------
 
     def table(self, plan: Plan) -> list[Shape]:
+        if not self.caps.supports_create_or_replace:
+            # Created on the first run from the result's schema, then emptied and refilled in the
+            # same transaction: readers see the old rows or the new ones, never an empty table.
+            shapes = [self.setup(plan), self.stage(plan, self.query(plan))]
+            shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
+            shapes.append(Shape("write", exp.Delete(this=self.target(plan)), "full rebuild: remove every row"))
+            shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star(), copy=False)),
+                                "full rebuild: insert the result, by column name"))
+            shapes.append(self.drop(STAGE))
+            return shapes
         if plan.model.columns:  # a contract is checked on the staged result, before the write
             node = exp.Create(this=self.target(plan), kind="TABLE", replace=True,
                               expression=self.from_stage().select(exp.Star()))

@@ -91,6 +91,8 @@ def _accepted_values(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Quer
 def _relationships(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
     schema, _, name = str(test.args["to_table"]).partition(".")
     parent = q.aliased(q.table(schema, name), "parent")
+    if compiler.caps.catalog is not None:  # three-part names (Iceberg through DuckDB SQL)
+        parent.set("catalog", q.ident(compiler.caps.catalog))
     found = exp.Exists(this=exp.select(exp.Literal.number(1)).from_(parent).where(
         exp.EQ(this=q.col(test.args["to_column"], "parent"), expression=q.col(test.args["column"], ROW))))
     return scoped_rows(plan, compiler, exp.and_(_not(_is_null(test.args["column"])), exp.Not(this=found)))
@@ -137,6 +139,8 @@ def _sql_file(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
     from lakewrap.compilers.base import naive_bounds
 
     out = naive_bounds(tree)
+    if compiler.caps.catalog is not None:  # three-part names (Iceberg through DuckDB SQL)
+        out = q.in_catalog(out, compiler.caps.catalog)
     assert isinstance(out, exp.Query)
     return out
 

@@ -25,6 +25,7 @@ merge (a delete by key cannot honour an extra match condition).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from sqlglot import exp
@@ -32,6 +33,7 @@ from sqlglot import exp
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import STAGE, CommitOp, CompiledPlan
 from lakewrap.compilers.base import CHANGES, DELETED, SOURCE, TARGET, VALID_FROM, Capabilities, Compiler, Shape
+from lakewrap.compilers.schema import DECIMAL, Changes
 from lakewrap.errors import Location, UnsupportedError
 from lakewrap.plan import Plan
 from lakewrap.spec import MergeStrategy, SnapshotStrategy, TimePartitioning
@@ -40,6 +42,10 @@ MATCHED = "__lakewrap_matched"
 ROWS = "__lakewrap_rows"
 CLOSED = "__lakewrap_closed"
 AFTER = "__lakewrap_after"  # the alias of the table-after-the-commit in a test
+
+# A merge into an unpartitioned table matching more keys than this rewrites the table instead of
+# filtering by key (see CommitOp.rewrite; benchmarks/iceberg.py).
+REWRITE_ABOVE = 1000
 
 # The Iceberg partition transform of each partition grain (Iceberg has no week transform).
 TRANSFORMS = {"hourly": "hour", "daily": "day", "weekly": "day", "monthly": "month", "yearly": "year"}
@@ -161,8 +167,12 @@ class IcebergCompiler(Compiler):
             excluded = {c.lower() for c in strategy.exclude_columns} | lowered
             updated = {c for c in columns if c.lower() not in excluded}
         on = q.keys_equal(keys, TARGET, SOURCE)
+        # every column of the target row, the updated ones from the result (as MERGE's UPDATE SET:
+        # a column the result no longer returns keeps its value)
+        replaced = [exp.alias_(q.col(c, SOURCE), c, quoted=True) for c in columns if c in updated]
+        row = exp.Column(this=exp.Star(replace=replaced) if replaced else exp.Star(), table=q.ident(TARGET))
         matched = (
-            exp.select(*(exp.alias_(q.col(c, SOURCE if c in updated else TARGET), c, quoted=True) for c in columns))
+            exp.select(row)
             .from_(q.aliased(self.target(plan), TARGET))
             .join(q.aliased(q.table(None, STAGE), SOURCE), on=on, join_type="INNER")
         )
@@ -174,7 +184,8 @@ class IcebergCompiler(Compiler):
             .where(exp.Not(this=exp.Exists(this=exp.select(exp.Literal.number(1))
                                            .from_(q.aliased(self.target(plan), TARGET)).where(on.copy()))))
         )
-        rows = exp.union(exp.select(exp.Star()).from_(q.table(None, MATCHED)), fresh, distinct=False)
+        rows = exp.Union(this=exp.select(exp.Star()).from_(q.table(None, MATCHED)), expression=fresh,
+                         distinct=False, by_name=True)
         return shapes + self.rows(plan, rows, "updated rows and new keys")
 
     def snapshot(self, plan: Plan) -> list[Shape]:
@@ -271,8 +282,13 @@ class IcebergCompiler(Compiler):
                 assert isinstance(merge, MergeStrategy)
                 note = ("upsert on " + ", ".join(merge.unique_key) + " computed in DuckDB: replace the matched "
                         "rows, add the new keys" + spec)
+                rewrite: dict[str, str | int] = {}
+                if part is None:
+                    count = exp.select(q.count_star()).from_(q.table(None, MATCHED))
+                    rewrite = {"rewrite": q.render(self.after(plan)), "rewrite_keys": q.render(count),
+                               "rewrite_above": REWRITE_ABOVE}
                 return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
-                                  delete_where=delete_where, note=note), set())]
+                                  delete_where=delete_where, note=note, **rewrite), set())]  # type: ignore[arg-type]
             case "snapshot":
                 note = ("SCD2: replace the closed current versions, add the new versions (nothing is committed "
                         "when no row changed)" + spec)
@@ -325,6 +341,36 @@ def scan_view(schema: str, name: str, location: str, snapshot_id: int | None) ->
     """``CREATE OR REPLACE VIEW "schema"."name" AS SELECT * FROM iceberg_scan(...)``."""
     select = exp.select(exp.Star()).from_(scan(location, snapshot_id))
     return q.render(exp.Create(this=q.table(schema, name), kind="VIEW", replace=True, expression=select))
+
+
+def evolved_view(schema: str, name: str, location: str, snapshot_id: int | None,
+                 columns: Sequence[tuple[str, str]], changes: Changes) -> str:
+    """The target's view with ``on_schema_change``'s changes applied, as the commit will apply them
+    to the Iceberg table: dropped columns gone, widened ones cast, added ones NULL."""
+    widened = {c.lower(): t for c, t in changes.widen}
+    dropped = {c.lower() for c in changes.drop}
+    items: list[exp.Expr] = []
+    for col, _ in columns:
+        if col.lower() in dropped:
+            continue
+        items.append(exp.alias_(exp.cast(q.col(col), exp.DataType.build(widened[col.lower()], dialect="duckdb")),
+                                col, quoted=True) if col.lower() in widened else q.col(col))
+    items += [exp.alias_(exp.cast(exp.Null(), exp.DataType.build(t, dialect="duckdb")), c, quoted=True)
+              for c, t in changes.add]
+    select = exp.select(*items).from_(scan(location, snapshot_id))
+    return q.render(exp.Create(this=q.table(schema, name), kind="VIEW", replace=True, expression=select))
+
+
+_PROMOTIONS = {("INTEGER", "BIGINT"), ("FLOAT", "DOUBLE")}
+
+
+def widens(was: str, now: str) -> bool:
+    """Whether Iceberg changes a column from DuckDB type ``was`` to ``now`` in place: its type
+    promotions are int to long, float to double and a decimal's precision (same scale)."""
+    if (was, now) in _PROMOTIONS:
+        return True
+    a, b = DECIMAL.match(was), DECIMAL.match(now)
+    return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) >= int(a.group(1)))
 
 
 def seed_stage() -> str:

@@ -20,7 +20,7 @@ name, so a reorder of columns is never a change.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -122,33 +122,43 @@ def _dtype(text: str) -> exp.DataType:
     return exp.DataType.build(text, dialect="duckdb")
 
 
-def add_column(schema: str | None, table: str, name: str, dtype: str) -> str:
+def _target(schema: str | None, table: str, catalog: str | None) -> exp.Table:
+    """``"schema"."table"``, in three parts with ``catalog`` (Iceberg through DuckDB SQL)."""
+    from lakewrap.compilers import sql as q
+
+    tbl = q.table(schema, table)
+    if catalog is not None:
+        tbl.set("catalog", q.ident(catalog))
+    return tbl
+
+
+def add_column(schema: str | None, table: str, name: str, dtype: str, catalog: str | None = None) -> str:
     """``ALTER TABLE t ADD COLUMN c <type>``."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
 
     col = exp.ColumnDef(this=q.ident(name), kind=_dtype(dtype))
-    return q.render(exp.Alter(this=q.table(schema, table), kind="TABLE", actions=[col]))
+    return q.render(exp.Alter(this=_target(schema, table, catalog), kind="TABLE", actions=[col]))
 
 
-def drop_column(schema: str | None, table: str, name: str) -> str:
+def drop_column(schema: str | None, table: str, name: str, catalog: str | None = None) -> str:
     """``ALTER TABLE t DROP COLUMN c``."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
 
-    return q.render(exp.Alter(this=q.table(schema, table), kind="TABLE",
+    return q.render(exp.Alter(this=_target(schema, table, catalog), kind="TABLE",
                               actions=[exp.Drop(tables=[q.col(name)], kind="COLUMN")]))
 
 
-def widen_column(schema: str | None, table: str, name: str, dtype: str) -> str:
+def widen_column(schema: str | None, table: str, name: str, dtype: str, catalog: str | None = None) -> str:
     """``ALTER TABLE t ALTER COLUMN c SET DATA TYPE <type>`` (DuckLake accepts widening promotions only)."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
 
-    return q.render(exp.Alter(this=q.table(schema, table), kind="TABLE",
+    return q.render(exp.Alter(this=_target(schema, table, catalog), kind="TABLE",
                               actions=[exp.AlterColumn(this=q.ident(name), dtype=_dtype(dtype))]))
 
 
@@ -191,7 +201,7 @@ def drift(result: Sequence[Column], table: Sequence[Column], managed: Sequence[s
 _SIGNED = {"TINYINT": 1, "SMALLINT": 2, "INTEGER": 4, "BIGINT": 8, "HUGEINT": 16}
 _UNSIGNED = {"UTINYINT": 1, "USMALLINT": 2, "UINTEGER": 4, "UBIGINT": 8, "UHUGEINT": 16}
 _DIGITS = {1: 3, 2: 5, 4: 10, 8: 20, 16: 39}  # decimal digits an integer of n bytes may need
-_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
+DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 
 
 def _int_bytes(t: str) -> tuple[int, bool] | None:
@@ -214,10 +224,10 @@ def fits(src: str, dst: str) -> bool:
         return s[0] <= (2 if dst == "FLOAT" else 4)
     if src == "FLOAT" and dst == "DOUBLE":
         return True
-    dm = _DECIMAL.match(dst)
+    dm = DECIMAL.match(dst)
     if dm is not None:
         p2, s2 = int(dm.group(1)), int(dm.group(2))
-        sm = _DECIMAL.match(src)
+        sm = DECIMAL.match(src)
         if sm is not None:
             p1, s1 = int(sm.group(1)), int(sm.group(2))
             return s2 >= s1 and p2 - s2 >= p1 - s1
@@ -226,25 +236,46 @@ def fits(src: str, dst: str) -> bool:
     return src == "DATE" and dst == "TIMESTAMP"
 
 
-def resolve(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequence[Column],
-            table: Sequence[Column]) -> list[str]:
-    """The statements that make the write valid under ``check.mode``, or a :class:`SchemaChangeError`.
+@dataclass
+class Changes:
+    """What ``on_schema_change`` makes of a drift, before it is rendered for a substrate."""
+
+    add: list[Column] = field(default_factory=list)  # columns added to the table
+    widen: list[Column] = field(default_factory=list)  # (name, new type) of columns the table widens
+    drop: list[str] = field(default_factory=list)  # columns dropped from the table
+    leave_out: list[str] = field(default_factory=list)  # new columns left out of the staged result
+
+    def __bool__(self) -> bool:
+        return bool(self.add or self.widen or self.drop or self.leave_out)
+
+    def describe(self) -> list[str]:
+        return ([f"add column {n} {t}" for n, t in self.add] + [f"widen column {n} to {t}" for n, t in self.widen]
+                + [f"drop column {n}" for n in self.drop] + [f"leave new column {n} out" for n in self.leave_out])
+
+
+def changes(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequence[Column],
+            table: Sequence[Column], widens: Callable[[str, str], bool] | None = None,
+            substrate: str = "DuckLake") -> Changes:
+    """What makes the write valid under ``check.mode``, or a :class:`SchemaChangeError`.
 
     ``target`` is (schema, name); ``result`` and ``table`` are the two column lists. An empty
     ``table`` means the target does not exist yet (the first run creates it from the result).
+    ``widens(was, now)`` says whether the substrate can change a column's type from ``was`` to
+    ``now`` in place (default: every exact widening, as DuckLake does).
 
     | change | fail | append_new_columns | sync_all_columns | ignore |
     |---|---|---|---|---|
     | new column | error | added to the table | added | left out of the write |
     | column no longer returned | error | kept, NULL in written rows | dropped from the table | kept, NULL |
     | type the table holds exactly | error | written | written | written |
-    | type the table cannot hold exactly | error | error | column widened (if DuckLake can) | error |
+    | type the table cannot hold exactly | error | error | column widened (if the substrate can) | error |
     """
+    out = Changes()
     if not table:
-        return []
+        return out
     d = drift(result, table, check.managed)
     if not d:
-        return []
+        return out
     where = Location(path)
     label = f"{target[0]}.{target[1]}"
     problems = d.describe()
@@ -255,14 +286,20 @@ def resolve(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequ
             hint="add `-- on_schema_change append_new_columns|sync_all_columns|ignore` to the model to accept "
             "such changes, or rebuild the table with `lakewrap run --full-refresh`",
         )
-    out: list[str] = []
-    schema, name = target
+    widens = widens or fits
     for col, was, now in d.changed:
         if fits(now, was):
             continue  # the table's column holds every value of the result's type exactly
         if check.mode == "sync_all_columns" and fits(was, now):
-            out.append(widen_column(schema, name, col, now))
-            continue
+            if widens(was, now):
+                out.widen.append((col, now))
+                continue
+            raise SchemaChangeError(
+                f"column `{col}` is {was} in table {label} but the SELECT returns {now}, and {substrate} cannot "
+                f"change a column from {was} to {now} in place (nothing was written)",
+                location=where,
+                hint=f"cast `{col}` to {was} in the SELECT, or rebuild the table with `lakewrap run --full-refresh`",
+            )
         raise SchemaChangeError(
             f"column `{col}` is {was} in table {label} but the SELECT returns {now}: writing it would convert "
             f"values (on_schema_change {check.mode}; nothing was written)",
@@ -273,7 +310,7 @@ def resolve(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequ
     named = {c.lower() for c in check.named}
     for col, dtype in d.added:
         if check.mode in ("append_new_columns", "sync_all_columns"):
-            out.append(add_column(schema, name, col, dtype))
+            out.add.append((col, dtype))
         elif check.relation is None or col.lower() in named:
             raise SchemaChangeError(
                 f"new column `{col}` ({dtype}) is not in table {label}, and on_schema_change ignore cannot leave it "
@@ -282,7 +319,23 @@ def resolve(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequ
                 hint=f"remove `{col}` from the SELECT, or use `-- on_schema_change append_new_columns`",
             )
         else:
-            out.append(drop_column(None, check.relation, col))  # the staged copy only: the table is untouched
+            out.leave_out.append(col)  # the staged copy only: the table is untouched
     if check.mode == "sync_all_columns":
-        out += [drop_column(schema, name, col) for col, _ in d.removed]
+        out.drop = [col for col, _ in d.removed]
+    return out
+
+
+def resolve(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequence[Column],
+            table: Sequence[Column], widens: Callable[[str, str], bool] | None = None,
+            substrate: str = "DuckLake", catalog: str | None = None) -> list[str]:
+    """The DuckDB statements that make the write valid (see :func:`changes`), in the order DuckLake
+    needs them: widen, add, leave out of the stage, drop. ``catalog`` names the target in three
+    parts (Iceberg through DuckDB SQL)."""
+    c = changes(check, path, target, result, table, widens, substrate)
+    schema, name = target
+    out = [widen_column(schema, name, col, dtype, catalog) for col, dtype in c.widen]
+    out += [add_column(schema, name, col, dtype, catalog) for col, dtype in c.add]
+    assert not c.leave_out or check.relation is not None
+    out += [drop_column(None, check.relation, col) for col in c.leave_out]  # type: ignore[arg-type]
+    out += [drop_column(schema, name, col, catalog) for col in c.drop]
     return out

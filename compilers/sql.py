@@ -54,6 +54,18 @@ def table(schema: str | None, name: str) -> exp.Table:
     return exp.Table(this=ident(name), db=ident(schema) if schema else None)
 
 
+def in_catalog(tree: exp.Expr, catalog: str) -> exp.Expr:
+    """Name every ``schema.table`` reference of ``tree`` in ``catalog`` (in place; three-part names).
+
+    References without a schema (CTEs, temporary tables) and ones already naming a catalog stay.
+    """
+    for tbl in tree.find_all(exp.Table):
+        if tbl.args.get("db") is not None and tbl.args.get("catalog") is None and isinstance(tbl.this,
+                                                                                             exp.Identifier):
+            tbl.set("catalog", ident(catalog))
+    return tree
+
+
 def aliased(tbl: exp.Table, alias: str) -> exp.Table:
     """``tbl AS "alias"`` (sets the alias on ``tbl`` itself, a fresh node)."""
     tbl.set("alias", exp.TableAlias(this=ident(alias)))

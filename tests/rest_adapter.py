@@ -8,8 +8,11 @@ requirements and updates parsed by pyiceberg's own pydantic models, so optimisti
 the SqlCatalog's (a stale requirement answers 409 ``CommitFailedException``).
 
 Endpoints: ``/v1/config``; namespaces (list, create, load/HEAD, drop); tables (list, create
-including ``stage-create``, load/HEAD, commit, drop); ``/v1/transactions/commit`` (one table commit
-after another: not atomic across tables, which lakewrap never needs). No auth.
+including ``stage-create``, load/HEAD, commit, drop); ``/v1/transactions/commit``, atomic across
+tables as the REST spec requires: every table's requirements are validated and its new metadata
+file written first, then all the catalog rows are swapped in one SQLite transaction, each guarded
+by the metadata location it was validated against, so either every table of the transaction moves
+or none does (:func:`commit_all`). No auth.
 
 Use :func:`serve` (a context manager) to run it on a free port in a thread of the test process.
 """
@@ -60,6 +63,16 @@ class _Named:
         return self.identifier
 
 
+ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}", "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables", "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}", "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}", "POST /v1/{prefix}/transactions/commit",
+]
+
+
 def _ns(text: str) -> tuple[str, ...]:
     return tuple(unquote(text).split("\x1f"))
 
@@ -70,8 +83,15 @@ def _table_result(metadata_location: str | None, metadata: Any) -> dict[str, Any
             "config": {}}
 
 
-def make_app(catalog: SqlCatalog) -> Flask:
+def make_app(catalog: SqlCatalog, faults: dict[str, int] | None = None,
+             journal: list[tuple[str, ...]] | None = None) -> Flask:
+    """The Flask app. ``faults`` injects failures of ``/v1/transactions/commit`` for the reliability
+    tests: ``{"lose": n}`` commits the next n transactions but answers 503 (a lost response: the
+    client cannot know it landed), ``{"refuse": n}`` answers 503 without committing. ``journal``
+    receives, for each committed ``/v1/transactions/commit``, the sorted ``schema.table`` names it
+    carried."""
     app = Flask("lakewrap-test-rest-catalog")
+    faults = faults if faults is not None else {}
     lock = threading.Lock()  # one commit at a time, like a catalog's row lock
 
     @app.errorhandler(Exception)
@@ -82,7 +102,9 @@ def make_app(catalog: SqlCatalog) -> Flask:
 
     @app.get("/v1/config")
     def config() -> Response:
-        return jsonify({"defaults": {}, "overrides": {}})
+        # Without an `endpoints` list a client assumes the spec's default set, which lacks
+        # /v1/transactions/commit: DuckDB 1.5.5 then commits each table of a transaction on its own.
+        return jsonify({"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS})
 
     @app.get("/v1/namespaces")
     def list_namespaces() -> Response:
@@ -160,19 +182,81 @@ def make_app(catalog: SqlCatalog) -> Flask:
 
     @app.post("/v1/transactions/commit")
     def commit_transaction() -> tuple[str, int]:
-        for change in request.get_json()["table-changes"]:
-            commit(change)
+        requests = [CommitTableRequest.model_validate(c) for c in request.get_json()["table-changes"]]
+        if faults.get("refuse", 0) > 0:
+            faults["refuse"] -= 1
+            return jsonify({"error": {"message": "injected: unavailable", "type": "ServiceUnavailable",
+                                      "code": 503}}), 503  # type: ignore[return-value]
+        with lock:
+            commit_all(catalog, requests)
+        if journal is not None:
+            journal.append(tuple(sorted(".".join((*r.identifier.namespace.root, r.identifier.name))
+                                        for r in requests)))
+        if faults.get("lose", 0) > 0:
+            faults["lose"] -= 1
+            return jsonify({"error": {"message": "injected: response lost", "type": "ServiceUnavailable",
+                                      "code": 503}}), 503  # type: ignore[return-value]
         return "", 204
 
     return app
 
 
+def commit_all(catalog: SqlCatalog, requests: list[CommitTableRequest]) -> None:
+    """Commit several tables atomically (``POST /v1/transactions/commit``).
+
+    Phase 1, for every table: load it, validate the requirements and apply the updates
+    (``_update_and_stage_table`` raises ``CommitFailedException`` on a stale requirement), and write
+    the new metadata file (unreferenced until phase 2, so harmless if the transaction fails).
+    Phase 2: one SQLAlchemy session updates each table's catalog row from the metadata location
+    phase 1 read to the new one (``WHERE metadata_location = <old>``: a concurrent commit by another
+    process makes the row count 0) or inserts the row of a new table; any failure rolls the session
+    back, so no table moves. Same-process commits are also serialized by the adapter's lock.
+    """
+    from pyiceberg.catalog.sql import IcebergTables
+    from sqlalchemy import insert, update
+    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.orm import Session
+
+    staged = []
+    for req in requests:
+        identifier = (*req.identifier.namespace.root, req.identifier.name)
+        try:
+            current: Any = catalog.load_table(identifier)
+        except NoSuchTableError:
+            current = None
+        new = catalog._update_and_stage_table(current, identifier, req.requirements, req.updates)
+        if current is not None and new.metadata == current.metadata:
+            continue
+        catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
+        staged.append((identifier, current, new))
+    with Session(catalog.engine) as session:
+        for identifier, current, new in staged:
+            namespace, name = ".".join(identifier[:-1]), identifier[-1]
+            if current is not None:
+                result = session.execute(update(IcebergTables).where(
+                    IcebergTables.catalog_name == catalog.name, IcebergTables.table_namespace == namespace,
+                    IcebergTables.table_name == name,
+                    IcebergTables.metadata_location == current.metadata_location,
+                ).values(metadata_location=new.metadata_location,
+                         previous_metadata_location=current.metadata_location))
+                if result.rowcount < 1:  # type: ignore[attr-defined]
+                    raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
+            else:
+                try:
+                    session.execute(insert(IcebergTables).values(
+                        **catalog._create_table_row(namespace, name, new.metadata_location)))
+                except IntegrityError:
+                    raise TableAlreadyExistsError(f"Table {namespace}.{name} already exists") from None
+        session.commit()
+
+
 @contextmanager
-def serve(catalog: SqlCatalog) -> Iterator[str]:
-    """Serve ``catalog`` on 127.0.0.1 in a thread; yields the base URI."""
+def serve(catalog: SqlCatalog, faults: dict[str, int] | None = None,
+          journal: list[tuple[str, ...]] | None = None) -> Iterator[str]:
+    """Serve ``catalog`` on 127.0.0.1 in a thread; yields the base URI (``faults``: see :func:`make_app`)."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     port = free_port()
-    server = make_server("127.0.0.1", port, make_app(catalog), threaded=True)
+    server = make_server("127.0.0.1", port, make_app(catalog, faults, journal), threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -26,7 +26,7 @@ import lakewrap
 from lakeproject import QUERIES, Expected, cli, write_project, write_seeds
 from lakewrap.cli import main
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.iceberg_state import materializations
+from lakewrap.iceberg_state import materializations_of
 from servers import S3, free_port, moto_s3  # noqa: F401  (fixtures)
 
 AWS_KEY_ID, AWS_SECRET = "lakewrap-test-key", "lakewrap-test-secret"
@@ -37,13 +37,15 @@ class Kind:
     id: str
     catalog: str  # sql | glue | rest
     s3: bool = False
+    write_path: str = "pyiceberg"  # or sql: DuckDB writes through the REST catalog
 
     def __str__(self) -> str:
         return self.id
 
 
 KINDS = [Kind("sql", "sql"), Kind("sql-s3", "sql", s3=True), Kind("glue-s3", "glue", s3=True),
-         Kind("rest", "rest"), Kind("rest-s3", "rest", s3=True)]
+         Kind("rest", "rest"), Kind("rest-s3", "rest", s3=True), Kind("rest-sql", "rest", write_path="sql"),
+         Kind("rest-sql-s3", "rest", s3=True, write_path="sql")]
 
 
 @dataclass
@@ -95,6 +97,8 @@ def make_project(tmp_path: Path, kind: Kind, request: pytest.FixtureRequest, mon
                              warehouse=warehouse or (server_dir / "wh").as_uri(), **props)
         uri = stack.enter_context(serve(backing))
         lines += ['catalog = "rest"']
+        if kind.write_path == "sql":
+            lines.append('write_path = "sql"')
         if warehouse:
             lines.append(f'warehouse = "{warehouse}"')
         lines += [*s3_lines, "", "[lake.rest]", f'uri = "{uri}"']
@@ -128,7 +132,7 @@ def check(proj: IceProject, expected: Expected, results: list[dict[str, Any]]) -
     for r in results:
         if r["status"] != "success":
             continue
-        found = [m for m in materializations(lake.load(r["target"])) if m["snapshot_id"] == r["snapshot_id"]]
+        found = [m for m in materializations_of(lake, r["target"]) if m["snapshot_id"] == r["snapshot_id"]]
         assert len(found) == 1, r
         assert (found[0]["partition"], found[0]["strategy"]) == (r["partition"], r["strategy"])
 
@@ -185,7 +189,8 @@ def test_a_project_end_to_end_on_iceberg(kind: Kind, tmp_path: Path, request: py
         assert not list(proj.root.rglob("*.parquet"))
 
 
-@pytest.mark.parametrize("kind", [Kind("sql-s3", "sql", s3=True), Kind("glue-s3", "glue", s3=True)], ids=str)
+@pytest.mark.parametrize("kind", [Kind("sql-s3", "sql", s3=True), Kind("glue-s3", "glue", s3=True),
+                                  Kind("rest-sql-s3", "rest", s3=True, write_path="sql")], ids=str)
 def test_a_canary_secret_never_leaks_on_iceberg(kind: Kind, tmp_path: Path, request: pytest.FixtureRequest,
                                                 monkeypatch: pytest.MonkeyPatch, stack: ExitStack) -> None:
     """AWS keys hold canaries (moto accepts any key) while runs succeed, a statement fails, a query

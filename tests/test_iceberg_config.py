@@ -74,8 +74,15 @@ def test_compile_follows_the_configured_substrate(tmp_path: Path) -> None:
     assert code == 0 and "] commit: upsert on id" in out and "pyiceberg overwrite main.m: delete where" in out
     (tmp_path / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\ncatalog = "rest"\nwrite_path = "sql"\n'
                                             '[lake.rest]\nuri = "http://h:1"\n')
-    code, _, err = cli("compile", "--project", str(tmp_path), "--no-cache")
-    assert code == 1 and "cannot be compiled yet" in err
+    code, out, err = cli("compile", "--project", str(tmp_path), "--no-cache")
+    assert code == 0, err
+    assert "(substrate iceberg, write path sql)" in out and 'MERGE INTO "ice"."main"."m" AS "target"' in out
+    assert 'FROM "ice".raw.t' in out and 'INSERT INTO "ice"."lakewrap"."main__m" BY NAME' in out
+    # the namespaces and the state table are created before BEGIN
+    assert out.index('CREATE TABLE IF NOT EXISTS "ice"."lakewrap"."main__m"') < out.index("BEGIN TRANSACTION;")
+    code, out, err = cli("compile", "--project", str(tmp_path), "--no-cache", "--format", "json")
+    (plan,) = json.loads(out)["plans"]
+    assert (plan["substrate"], plan["write_path"], plan["commits"]) == ("iceberg", "sql", [])
 
 
 @pytest.mark.parametrize("option", [["--missing-only"], ["--workers", "2"], ["--executor", "process"], ["--fail-fast"]])

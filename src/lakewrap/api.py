@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.errors import PlanError
@@ -40,6 +40,9 @@ from lakewrap.spec import (
     TimePartitioning,
 )
 
+if TYPE_CHECKING:
+    from lakewrap.provenance import Materialization, ReproduceReport, RestoreResult
+
 INPUT = "__lakewrap_input"
 
 
@@ -50,9 +53,17 @@ class Project:
         self.root = Path(path).resolve()
 
     def compile(self, selectors: Sequence[str] = (), *, partition: str | None = None,
-                now: datetime | None = None) -> list[CompiledPlan]:
-        """The compiled plans of the selected models (see ``lakewrap compile``)."""
+                now: datetime | None = None, as_of: str | None = None) -> list[CompiledPlan]:
+        """The compiled plans of the selected models (see ``lakewrap compile``).
+
+        ``as_of`` (DuckLake; a run id or snapshot id) pins every upstream read to what that run read.
+        """
         from lakewrap.compile import compile_project
+
+        if as_of is not None:
+            from lakewrap.provenance import compile_as_of
+
+            return compile_as_of(self.root, selectors, as_of=as_of, partition=partition, now=now)[0]
 
         return compile_project(self.root, selectors, partition=partition, now=now)
 
@@ -130,6 +141,29 @@ class Project:
         from lakewrap.inspect import history
 
         return history(self.root, model)
+
+    # Provenance (DuckLake): lakewrap.provenance, docs/provenance.md
+
+    def explain(self, snapshot_or_run: str | int) -> list[Materialization]:
+        """What produced a snapshot, or what a run materialized (``lakewrap explain``)."""
+        from lakewrap.provenance import explain
+
+        return explain(self.root, str(snapshot_or_run))
+
+    def reproduce(self, run_id: str, *, model: str | None = None,
+                  partition: str | None = None) -> ReproduceReport:
+        """Rebuild a run's materializations in scratch space and compare (``lakewrap reproduce``)."""
+        from lakewrap.provenance import reproduce
+
+        return reproduce(self.root, run_id, model=model, partition=partition)
+
+    def restore(self, model: str, *, partition: str | None = None, to_run: str | None = None,
+                to_snapshot: int | None = None, dry_run: bool = False) -> RestoreResult:
+        """Put a partition (or table) back as of a run or snapshot, as a new commit (``lakewrap restore``)."""
+        from lakewrap.provenance import restore
+
+        return restore(self.root, model, partition=partition, to_run=to_run, to_snapshot=to_snapshot,
+                       dry_run=dry_run)
 
 
 StrategyName = Literal["table", "delete+insert", "merge", "append", "snapshot"]

@@ -124,11 +124,12 @@ def main(debug: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["sql", "json"]), default="sql", show_default=True)
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write target/cache/.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
+@click.option("--as-of", "as_of", help="DuckLake: pin every upstream read to what this run read (or a snapshot id).")
 @project_option
 @handled
 def compile_cmd(
     selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, fmt: str, no_cache: bool,
-    now: str | None, project: Path,
+    now: str | None, as_of: str | None, project: Path,
 ) -> None:
     """Print the exact statements a run would execute, per model, in dependency order.
 
@@ -141,6 +142,13 @@ def compile_cmd(
 
     if not project.is_dir():
         raise ConfigError(f"project folder `{project}` does not exist")
+    if as_of is not None:  # reads the lake (lakewrap.provenance); plain compile never does
+        from lakewrap.cli_provenance import emit_as_of
+        from lakewrap.provenance import compile_as_of
+
+        emit_as_of(*compile_as_of(project, selectors, as_of=as_of, partition=partition, exclude=exclude,
+                                  now=logical_time(now), use_cache=not no_cache), fmt, as_of)
+        return
     plans = compile_project(
         project, selectors, exclude=exclude, partition=partition, now=logical_time(now), use_cache=not no_cache
     )
@@ -423,6 +431,10 @@ def maintain_cmd(selectors: tuple[str, ...], dry_run: bool, fmt: str, project: P
     for note in report.notes:
         _say("note:", note, "yellow")
 
+
+from lakewrap.cli_provenance import register  # noqa: E402  (its commands use the helpers above)
+
+register(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -533,13 +533,7 @@ def compile_project(
         from lakewrap.config import load_config
 
         lake = load_config(root).lake
-        if lake.substrate == "iceberg" and lake.write_path == "sql":
-            from lakewrap.errors import ConfigError, Location
-
-            raise ConfigError("write_path = \"sql\" (DuckDB writing through the REST catalog) cannot be compiled "
-                              "yet", location=Location("lakewrap.toml"),
-                              hint="leave write_path out: pyiceberg commits work with every catalog, rest included")
-        substrate = lake.substrate
+        substrate = "iceberg-sql" if lake.substrate == "iceberg" and lake.write_path == "sql" else lake.substrate
     cache = _Cache.open(root.resolve(), use_cache) or _Cache.memory()
     # A whole-project compile compiles every model anyway: do it in the workers, beside the parse.
     pre = _Precompile(substrate, partition, now) if not selectors and not exclude else None

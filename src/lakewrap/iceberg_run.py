@@ -19,7 +19,9 @@ from lakewrap.errors import LakewrapError, PlanError
 from lakewrap.execute.executor import Result
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_commit import PREFIX, IcebergExecutor
-from lakewrap.plan import Param, Plan, make_plan
+from lakewrap.execute.iceberg_sql import IcebergSqlExecutor
+from lakewrap.execute.iceberg_sql import connect as connect_sql
+from lakewrap.plan import Param, Plan, Substrate, make_plan
 from lakewrap.runner import RunReport, new_run_id, plan_partitions, probe_columns, write_results
 from lakewrap.spec import DynamicPartitioning, ModelSpec
 
@@ -31,6 +33,11 @@ def reads_of(spec: ModelSpec) -> tuple[str, ...]:
 
 def watermark(lake: IcebergLake, target: str) -> datetime | None:
     """The latest watermark recorded in the target's snapshot summaries (dynamic partitions)."""
+    if lake.config.write_path == "sql":
+        from lakewrap.iceberg_state import state_rows
+
+        found = [r["watermark"] for r in state_rows(lake, target) if r.get("watermark") is not None]
+        return max(found) if found else None
     table = lake.load(target)
     marks = [s.summary.additional_properties.get(PREFIX + "watermark") for s in table.snapshots()
              if s.summary is not None] if table is not None else []
@@ -40,18 +47,21 @@ def watermark(lake: IcebergLake, target: str) -> datetime | None:
 
 def plan_model(lake: IcebergLake, con: Any, spec: ModelSpec, value: str | None, now: datetime) -> Plan:
     mark = watermark(lake, str(spec.target)) if isinstance(spec.partition, DynamicPartitioning) else None
+    substrate: Substrate = "iceberg-sql" if lake.config.write_path == "sql" else "iceberg"
     try:
-        plan = make_plan(spec, substrate="iceberg", partition=value, now=now, watermark=mark)
+        plan = make_plan(spec, substrate=substrate, partition=value, now=now, watermark=mark)
     except PlanError as exc:
         raise PlanError(f"{spec.path}: {exc.message}", hint=exc.hint) from None
-    if plan.columns is None and spec.strategy.kind in ("merge", "snapshot"):
+    if plan.columns is None and spec.strategy.kind in ("merge", "snapshot") and substrate == "iceberg-sql":
+        plan = plan.model_copy(update={"columns": probe_columns(con, plan)})  # the attached catalog reads it
+    elif plan.columns is None and spec.strategy.kind in ("merge", "snapshot"):
         with lake.scratch(con, reads_of(spec)) as (cursor, _):
             plan = plan.model_copy(update={"columns": probe_columns(cursor, plan)})
     return plan
 
 
-def materialize_spec(lake: IcebergLake, con: Any, executor: IcebergExecutor, spec: ModelSpec, value: str | None,
-                     now: datetime, cache: _Cache | None, *, drop_first: bool = False) -> Result:
+def materialize_spec(lake: IcebergLake, con: Any, executor: IcebergExecutor | IcebergSqlExecutor, spec: ModelSpec,
+                     value: str | None, now: datetime, cache: _Cache | None, *, drop_first: bool = False) -> Result:
     def failed(error: str, cls: str) -> Result:
         return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
                       status="failed", error=lake.redact(error), error_class=cls)
@@ -95,9 +105,11 @@ def run_iceberg_project(
     lake = IcebergLake.open(root)
     report = RunReport(run_id=run_id, started_at=now.isoformat())
     folder = root / "target" / "run" / run_id
-    con = lake.connect()
+    con = connect_sql(lake) if lake.config.write_path == "sql" else lake.connect()
     try:
-        executor = IcebergExecutor(lake, run_id, folder, strict=strict)
+        executor: IcebergExecutor | IcebergSqlExecutor = (
+            IcebergSqlExecutor(lake, run_id, folder, strict=strict) if lake.config.write_path == "sql"
+            else IcebergExecutor(lake, run_id, folder, strict=strict))
         failed: set[str] = set()
         for spec, values in zip(selected, partitions, strict=True):
             ups = {u.target.key for u in project.upstream_models(spec)}
@@ -160,13 +172,15 @@ def materialize_input(root: Path, spec: ModelSpec, name: str, data: Any, partiti
                       run_id: str | None) -> Result:
     """``lakewrap.materialize()`` on an Iceberg lake: ``data`` is registered as ``name`` for the plan's SQL."""
     lake = IcebergLake.open(root)
-    plan = make_plan(spec, substrate="iceberg", partition=partition, now=now)
+    sql_path = lake.config.write_path == "sql"
+    plan = make_plan(spec, substrate="iceberg-sql" if sql_path else "iceberg", partition=partition, now=now)
     compiled = compile_plan(plan)
     run_id = run_id or new_run_id(now)
     folder = root / "target" / "run" / run_id
-    con = lake.connect()
+    con = connect_sql(lake) if sql_path else lake.connect()
     try:
-        result = IcebergExecutor(lake, run_id, folder).materialize(con, compiled, inputs={name: data})
+        executor = IcebergSqlExecutor(lake, run_id, folder) if sql_path else IcebergExecutor(lake, run_id, folder)
+        result = executor.materialize(con, compiled, inputs={name: data})
     finally:
         lake.close(con)
     report = RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],

@@ -59,6 +59,62 @@ def materializations(table: Any) -> list[dict[str, Any]]:
     return out
 
 
+def state_rows(lake: IcebergLake, target: str) -> list[dict[str, Any]]:
+    """The rows of ``target``'s state table (write path ``sql``), in commit order (oldest first).
+
+    Each row was committed in the same catalog transaction as the data it describes. Its
+    ``snapshot_id`` is derived from the target's lineage: the snapshot the next materialization
+    started from (its ``base_snapshot``), or the table's current snapshot for the last one.
+    """
+    from lakewrap.compilers.iceberg_sql import STATE_SCHEMA, state_table_name
+
+    state = lake.load(f"{STATE_SCHEMA}.{state_table_name(target)}")
+    if state is None or state.current_snapshot() is None:
+        return []
+    # the order in which the state table received its rows: one append snapshot per materialization
+    rows: list[dict[str, Any]] = state.scan().to_arrow().to_pylist()
+    table = lake.load(target)
+    lineage: list[int] = []
+    if table is not None and table.current_snapshot() is not None:
+        from pyiceberg.table.snapshots import ancestors_of
+
+        lineage = [s.snapshot_id for s in ancestors_of(table.current_snapshot(), table.metadata)][::-1]
+    position = {sid: i for i, sid in enumerate(lineage)}
+    rows.sort(key=lambda r: (position.get(r["base_snapshot"], -1) if r["base_snapshot"] is not None else -1,
+                             r["started_at"]))
+    for i, row in enumerate(rows):
+        nxt = rows[i + 1]["base_snapshot"] if i + 1 < len(rows) else (lineage[-1] if lineage else None)
+        row["snapshot_id"] = nxt
+        snap = table.metadata.snapshot_by_id(nxt) if table is not None and nxt is not None else None
+        row["committed_ms"] = snap.timestamp_ms if snap is not None else None
+    return rows
+
+
+def sql_materializations(lake: IcebergLake, target: str) -> list[dict[str, Any]]:
+    """:func:`materializations` of a target written by DuckDB SQL (read from its state table)."""
+    out = []
+    for r in state_rows(lake, target):
+        # the commit time of its snapshot; the start of the attempt when it added none
+        committed = (datetime.fromtimestamp(r["committed_ms"] / 1000, tz=timezone.utc)
+                     if r["committed_ms"] is not None else r["started_at"])
+        out.append({
+            "snapshot_id": r["snapshot_id"], "run_id": r["run_id"], "partition": r["partition_value"],
+            "strategy": r["strategy"], "rows_inserted": r["rows_inserted"], "rows_updated": r["rows_updated"],
+            "rows_deleted": r["rows_deleted"], "sql_sha256": r["sql_sha256"],
+            "committed_at": committed.isoformat() if committed is not None else None,
+            "pins": json.loads(r["pins"]) if r["pins"] else {}, "model": r["model"],
+            "commit_id": r["commit_id"],
+        })
+    return out
+
+
+def materializations_of(lake: IcebergLake, target: str) -> list[dict[str, Any]]:
+    """The materializations of ``target``, oldest first, on either write path."""
+    if lake.config.write_path == "sql":
+        return sql_materializations(lake, target)
+    return materializations(lake.load(target))
+
+
 def history(root: Path, model: str) -> list[dict[str, Any]]:
     """The materializations of one model, newest first, with their Iceberg snapshot ids."""
     from lakewrap.compile import load_project
@@ -68,7 +124,7 @@ def history(root: Path, model: str) -> list[dict[str, Any]]:
     if len(specs) != 1:
         raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
     lake = IcebergLake.open(root, read_only=True)
-    rows = materializations(lake.load(str(specs[0].target)))
+    rows = materializations_of(lake, str(specs[0].target))
     keys = ("snapshot_id", "run_id", "partition", "strategy", "rows_inserted", "rows_updated", "rows_deleted",
             "sql_sha256", "committed_at", "pins")
     return [{k: m[k] for k in keys} for m in reversed(rows)]
@@ -76,7 +132,7 @@ def history(root: Path, model: str) -> list[dict[str, Any]]:
 
 def status_rows(lake: IcebergLake, target: str) -> list[tuple[str | None, str, str]]:
     """(partition, run id, committed at) of each materialization of ``target``."""
-    return [(m["partition"], m["run_id"], m["committed_at"]) for m in materializations(lake.load(target))]
+    return [(m["partition"], m["run_id"], m["committed_at"]) for m in materializations_of(lake, target)]
 
 
 def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: str) -> dict[str, int | None]:
@@ -92,6 +148,16 @@ def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: str) -> dict[str
             snap = t.metadata.snapshot_by_id(int(as_of)) if t is not None else None
             if snap is not None:
                 instant = snap.timestamp_ms
+    elif lake.config.write_path == "sql":  # the run's materializations, from the state tables
+        stamps = []
+        for name, t in tables.items():
+            if t is None or name.startswith("lakewrap."):
+                continue
+            for m in sql_materializations(lake, name):
+                snap = t.metadata.snapshot_by_id(m["snapshot_id"]) if m["snapshot_id"] is not None else None
+                if m["run_id"] == as_of and snap is not None:
+                    stamps.append(snap.timestamp_ms)
+        instant = max(stamps) if stamps else None
     else:
         stamps = [s.timestamp_ms for t in tables.values() if t is not None for s in t.snapshots()
                   if s.summary is not None and s.summary.additional_properties.get(PREFIX + "run_id") == as_of]

@@ -29,9 +29,18 @@ def plan_sql(plan: CompiledPlan) -> str:
     else:
         lines.append("-- partition:  (none: the whole table)")
     verdict = {True: "yes", False: "NO", None: "unknown"}[plan.idempotent]
-    lines += [f"-- idempotent: {verdict} ({plan.idempotent_note})", f"-- sql_sha256: {plan.sql_sha256}", RULE,
-              "BEGIN TRANSACTION;", ""]
+    lines += [f"-- idempotent: {verdict} ({plan.idempotent_note})", f"-- sql_sha256: {plan.sql_sha256}", RULE]
+    # Iceberg through DuckDB SQL: the leading setup statements (namespaces, the state table) run
+    # before BEGIN, since a table cannot be created in a namespace created in the same transaction.
+    early = 0
+    if plan.substrate == "iceberg" and plan.write_path == "sql":
+        while early < len(plan.statements) and plan.statements[early].role == "setup":
+            early += 1
+    if not early:
+        lines += ["BEGIN TRANSACTION;", ""]
     for i, st in enumerate(plan.statements, 1):
+        if early and i == early + 1:
+            lines += ["BEGIN TRANSACTION;", ""]
         head = f"-- [{i}] {st.role}" + (f": {st.note}" if st.note else "")
         lines.append(head)
         if st.params:

@@ -15,7 +15,8 @@ from lakewrap.errors import PlanError
 from lakewrap.partitions import Grain, Partition, latest_complete, parse_partition
 from lakewrap.spec import DynamicPartitioning, Frozen, ModelSpec, TimePartitioning
 
-Substrate = Literal["ducklake", "iceberg"]
+# "iceberg-sql": Iceberg written by DuckDB SQL through a REST catalog (write_path = "sql")
+Substrate = Literal["ducklake", "iceberg", "iceberg-sql"]
 # The lower bound of a dynamic window on its first run: no watermark recorded yet.
 BEGINNING_OF_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
 

@@ -12,6 +12,7 @@ Every statement run here was rendered by ``lakewrap.compilers``; nothing builds 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -109,22 +110,42 @@ def check_schema(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: Stat
     refuses the change. A table that does not exist yet has no columns: nothing to compare.
     """
     schema, name = compiled.target.split(".", 1)
-    query = sql.columns_query()
-    table = [tuple(r) for r in log.run(con, query, {"database": None, "schema": schema, "name": name},
-                                       role="schema").fetchall()]
+    result, table = _columns(con, check, compiled, log)
     if not table:
         return []
+    statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table)
+    for stmt in statements:
+        log.run(con, stmt, role="schema")
+    return statements
+
+
+def schema_changes(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog,
+                   widens: Callable[[str, str], bool], substrate: str,
+                   ) -> tuple[schema_sql.Changes, list[schema_sql.Column]]:
+    """What ``on_schema_change`` makes of the result's columns against the table's (for a substrate
+    that applies the changes itself), with the table's columns; raises ``SchemaChangeError``."""
+    schema, name = compiled.target.split(".", 1)
+    result, table = _columns(con, check, compiled, log)
+    return schema_sql.changes(check, compiled.path, (schema, name), result, table, widens, substrate), table
+
+
+def _columns(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog,
+             ) -> tuple[list[schema_sql.Column], list[schema_sql.Column]]:
+    """(the result's columns, the target's columns), both as DuckDB reads them; no table: []."""
+    schema, name = compiled.target.split(".", 1)
+    query = sql.columns_query()
+    table = [(str(r[0]), str(r[1])) for r in log.run(con, query, {"database": None, "schema": schema, "name": name},
+                                                     role="schema").fetchall()]
+    if not table:
+        return [], []
     relation = check.relation
     if relation is None:  # nothing staged: the result's columns from its `LIMIT 0` bootstrap query
         bootstrap = next(st for st in compiled.statements if st.role == "bootstrap")
         params = {k: v.python() for k, v in bootstrap.params.items()}
         log.run(con, sql.stage_result(bootstrap.sql), params or None, role="schema")
         relation = schema_sql.RESULT
-    result = [tuple(r) for r in log.run(con, query, {"database": "temp", "schema": "main", "name": relation},
-                                        role="schema").fetchall()]
+    result = [(str(r[0]), str(r[1])) for r in log.run(
+        con, query, {"database": "temp", "schema": "main", "name": relation}, role="schema").fetchall()]
     if check.relation is None:
         log.run(con, sql.drop_result(), role="schema")
-    statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table)  # type: ignore[arg-type]
-    for stmt in statements:
-        log.run(con, stmt, role="schema")
-    return statements
+    return result, table

@@ -85,11 +85,13 @@ class Executor:
     # target -> the sql_sha256 its fence row holds, once read or written by this executor
     fences: dict[str, str] = field(default_factory=dict)
 
-    def materialize(self, con: Any, compiled: CompiledPlan, *, drop_first: bool = False) -> Result:
+    def materialize(self, con: Any, compiled: CompiledPlan, *, drop_first: bool = False,
+                    provenance: dict[str, Any] | None = None) -> Result:
         """Execute ``compiled`` in one transaction, retrying conflicts; never raises for data errors.
 
         A failure is returned as a ``failed`` :class:`Result` (with the redacted error); the
-        transaction is rolled back and nothing is written.
+        transaction is rolled back and nothing is written. ``provenance`` is recorded beside the pin
+        in ``pins`` and ``extra_info`` (a restore names the run and snapshot it restored).
         """
         started = time.perf_counter()
         window = compiled.window
@@ -101,7 +103,7 @@ class Executor:
                 result.attempts = attempt
                 tried = time.perf_counter()
                 try:
-                    self._attempt(con, compiled, result, log, attempt, drop_first)
+                    self._attempt(con, compiled, result, log, attempt, drop_first, provenance)
                     break
                 except Exception as exc:
                     self._rollback(con, log)
@@ -132,7 +134,7 @@ class Executor:
     # --- one attempt ----------------------------------------------------------------------------
 
     def _attempt(self, con: Any, compiled: CompiledPlan, result: Result, log: StatementLog, attempt: int,
-                 drop_first: bool) -> None:
+                 drop_first: bool, provenance: dict[str, Any] | None = None) -> None:
         inserted = updated = deleted = 0
         stage_rows: int | None = None
         result.tests.clear()
@@ -196,7 +198,7 @@ class Executor:
         watermark = None
         if (window := compiled.window) and window.kind == "dynamic":
             watermark = datetime.fromisoformat(window.end)
-        pins = {"snapshot": pin}
+        pins = {"snapshot": pin, **(provenance or {})}
         checks.record(con, log, self.run_id, compiled, result.partition, outcomes)
         log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id, "sql_sha256": compiled.sql_sha256})
         log.run(con, sql.insert_materialization(), {
@@ -216,7 +218,9 @@ class Executor:
         commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (see last_committed_snapshot)
         extra = {"run_id": self.run_id, "model": compiled.path, "target": compiled.target,
                  "partition": result.partition, "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
-                 "pins": pins, "lakewrap_version": __version__, "commit_id": commit_id}
+                 "pins": pins, "lakewrap_version": __version__, "commit_id": commit_id,
+                 # the values bound to the statements' parameters: `lakewrap reproduce` binds them again
+                 "params": {k: v.value for st in compiled.statements for k, v in st.params.items()}}
         message = f"lakewrap {compiled.strategy} {compiled.target}" + (
             f" partition {result.partition}" if result.partition else "")
         log.run(con, sql.set_commit_message(self.lake.alias),

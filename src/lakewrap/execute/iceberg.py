@@ -61,12 +61,6 @@ class IcebergLake:
         cfg = (config or load_config(root)).lake
         if cfg.substrate != "iceberg":
             raise ConfigError(f"substrate `{cfg.substrate}` is not Iceberg", location=Location("lakewrap.toml"))
-        if cfg.write_path == "sql":
-            raise ConfigError(
-                "write_path = \"sql\" (DuckDB writing through the REST catalog) cannot be run yet",
-                location=Location("lakewrap.toml"),
-                hint="leave write_path out: pyiceberg commits work with every catalog, rest included",
-            )
         return cls(root.resolve(), cfg, read_only)
 
     @property

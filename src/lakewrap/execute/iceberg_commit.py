@@ -29,9 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap import __version__
+from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers import lake as sql
-from lakewrap.compilers.artifacts import STAGE, CommitOp, CompiledPlan
-from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
+from lakewrap.compilers import schema as schema_sql
+from lakewrap.compilers.artifacts import STAGE, CommitOp, CompiledPlan, SchemaCheck
+from lakewrap.compilers.schema import Changes, SchemaChangeError
+from lakewrap.errors import ExecutionError, LakewrapError, Location, TransientExecutionError
 from lakewrap.execute import checks
 from lakewrap.execute.executor import Result, StrictRefusal
 from lakewrap.execute.iceberg import SERIALIZABLE, IcebergLake, Pinned
@@ -117,7 +120,13 @@ class IcebergExecutor:
                 refuse_snapshot_isolation(target.table, compiled.target)
             stage_rows: int | None = None
             outcomes: list[checks.TestOutcome] = []
+            check = compiled.schema_check if target.table is not None and not refresh else None
+            changes = Changes()
             for st in compiled.statements:
+                if check is not None and st.role == "bootstrap":  # the first statement that reads the target
+                    changes = self._schema(cursor, check, compiled, target, log)
+                    result.schema_changes = changes.describe()
+                    check = None
                 if st.role == "test":  # write-audit-publish: the table as the commit will leave it
                     outcome = checks.run_test(cursor, st, log, compiled.path)
                     outcomes.append(outcome)
@@ -134,8 +143,15 @@ class IcebergExecutor:
             log.note(op.line())
             rows = cursor.execute(op.rows).to_arrow_table()
             delete = None
+            rewritten: tuple[int, int] | None = None  # (matched keys, rows of the merge) of a whole rewrite
             if (op.operation == "overwrite" or refresh) and target.table is not None:
                 where = "TRUE" if refresh else op.delete_where or "TRUE"
+                if op.rewrite is not None and op.rewrite_keys is not None and not refresh:
+                    matched = int(log.run(cursor, op.rewrite_keys).fetchone()[0])
+                    if matched > (op.rewrite_above or 0):
+                        log.note(f"{matched} keys match: the commit rewrites the table (no key filter)")
+                        rewritten, where = (matched, rows.num_rows), "TRUE"
+                        rows = cursor.execute(op.rewrite).to_arrow_table()
                 params = {k: v.python() for k, v in op.params.items()}
                 delete = to_filter(where, params, cursor, target.table.schema())
         if compiled.strategy == "snapshot" and rows.num_rows == 0:
@@ -157,14 +173,33 @@ class IcebergExecutor:
                                  for t in result.tests]) if result.tests else "",
         }
         summary = {PREFIX + k: v for k, v in props.items()}
-        self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh)
+        self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh, changes)
+        if rewritten is not None:  # the read-back counted every row of the table as replaced
+            result.rows_updated, result.rows_inserted, result.rows_deleted = (
+                rewritten[0], rewritten[1] - rewritten[0], 0)
         if stage_rows == 0 and result.rows_deleted > 0:
             warning = f"the result is empty but the partition had {result.rows_deleted} rows; they were removed"
             result.warnings.append(warning)  # (--strict refuses before the commit, below)
 
+    def _schema(self, cursor: Any, check: SchemaCheck, compiled: CompiledPlan, target: Pinned,
+                log: StatementLog) -> Changes:
+        """``on_schema_change`` against the pinned table: decided here, before anything reads the
+        target; the scratch session's view of the target (and the stage) take the changes now, the
+        Iceberg table in the commit's transaction."""
+        changes, columns = checks.schema_changes(cursor, check, compiled, log, ice.widens, "Iceberg")
+        if changes:
+            for col in changes.leave_out:
+                assert check.relation is not None
+                log.run(cursor, schema_sql.drop_column(None, check.relation, col), role="schema")
+            schema, _, name = compiled.target.partition(".")
+            log.run(cursor, ice.evolved_view(schema, name, target.table.metadata_location, target.snapshot_id,
+                                             columns, changes), role="schema")
+            log.note("on_schema_change: " + "; ".join(changes.describe()) + " (in the commit's transaction)")
+        return changes
+
     def _commit(self, compiled: CompiledPlan, op: CommitOp, target: Pinned, rows: Any, delete: Any,
                 summary: dict[str, str], commit_id: str, result: Result, log: StatementLog,
-                refresh: bool = False) -> None:
+                refresh: bool = False, changes: Changes | None = None) -> None:
         from pyiceberg.exceptions import CommitStateUnknownException
 
         table = target.table
@@ -172,6 +207,8 @@ class IcebergExecutor:
             tx = table.transaction()
             if (refresh or compiled.strategy in REPLACING) and not same_columns(rows.schema, table.schema()):
                 evolve(tx, rows.schema, compiled.target)
+            elif changes:
+                apply_changes(tx, changes, rows.schema, compiled)
             rows = conform(rows, tx.table_metadata.schema())
         else:
             schema, _, name = compiled.target.partition(".")
@@ -342,6 +379,30 @@ def evolve(tx: Any, arrow_schema: Any, name: str) -> None:
     except Exception as exc:
         raise ExecutionError(f"cannot change the columns of the Iceberg table {name}: {str(exc).splitlines()[0]}",
                              hint="drop the table and run again") from None
+
+
+def apply_changes(tx: Any, changes: Changes, arrow_schema: Any, compiled: CompiledPlan) -> None:
+    """``on_schema_change``'s changes to the Iceberg table, in the materialization's transaction;
+    the types of new and widened columns are the result's (``arrow_schema``)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    def field_type(name: str) -> Any:
+        return iceberg_schema(pa.schema([arrow_schema.field(name)])).fields[0].field_type
+
+    try:
+        with tx.update_schema() as update:
+            for col in changes.drop:
+                update.delete_column(col)
+            for col, _ in changes.widen:
+                update.update_column(col, field_type=field_type(col))
+            for col, _ in changes.add:
+                update.add_column(col, field_type(col))
+    except Exception as exc:
+        raise SchemaChangeError(
+            f"cannot change the columns of the Iceberg table {compiled.target} ("
+            + "; ".join(changes.describe()) + f"): {str(exc).splitlines()[0]} (nothing was written)",
+            location=Location(compiled.path),
+            hint="rebuild the table with `lakewrap run --full-refresh`, or change the SELECT back") from None
 
 
 def conform(rows: Any, schema: Any) -> Any:

@@ -1,0 +1,367 @@
+"""One materialization on Iceberg, write path ``sql``: DuckDB writes through the REST catalog.
+
+The protocol (DESIGN §5, docs/iceberg.md):
+
+* the plan's leading ``setup`` statements (the target's namespace, lakewrap's namespace, the
+  target's state table) run first, each committed on its own: a table cannot be created in a
+  namespace created in the same transaction;
+* then ``BEGIN``, each statement as its own ``execute()`` call, and ``COMMIT``; on any exception
+  ``ROLLBACK``, never ``COMMIT``. The last statement inserts lakewrap's state row (run id, commit
+  id, model, partition, strategy, ``sql_sha256``, pins, row counts) into the target's Iceberg state
+  table, so DuckDB's one ``POST /v1/transactions/commit`` carries data and state together;
+* a ``COMMIT`` that fails is never retried blindly: the state table is searched for the attempt's
+  commit id first. Found: it landed. Not found after a conflict (409 ``CommitFailedException``) or
+  an unavailable catalog (5xx, unreachable): nothing landed, and the whole transaction is retried
+  with capped, jittered backoff. Not found after any other error: a failure, not retried. The
+  state table cannot be read: the outcome is unknown, reported, never retried.
+* a model's first run creates its target, empty, in a transaction of its own before the real one
+  (see :meth:`IcebergSqlExecutor._create`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lakewrap import __version__
+from lakewrap.compilers import iceberg as ice
+from lakewrap.compilers import iceberg_sql as isql
+from lakewrap.compilers import lake as sql
+from lakewrap.compilers import schema as schema_sql
+from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, SchemaCheck
+from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
+from lakewrap.execute import checks, extensions
+from lakewrap.execute.executor import Result, StrictRefusal
+from lakewrap.execute.iceberg import TOKEN_ENV, IcebergLake
+from lakewrap.execute.log import StatementLog
+from lakewrap.execute.retry import RetryPolicy
+
+# What DuckDB 1.5.5 reports when the REST catalog refused the transaction's requirements (a
+# concurrent commit changed a table it writes): nothing of the transaction landed.
+CONFLICT = ("Conflict_409", "CommitFailedException", "TableAlreadyExistsError", "already exists")
+# ... or could not be reached / answered 5xx (DuckDB's HTTP client has retried already)
+UNAVAILABLE = re.compile(r"_5\d\d\b|HTTP 5\d\d\b|Could not connect|Connection")
+TOKEN_SECRET = "lakewrap_iceberg_token"
+
+
+class Conflict(TransientExecutionError):
+    """The commit failed (a 409 conflict, a 5xx or lost connection) and the attempt's commit id is not
+    in the state table: it certainly did not land, so the whole transaction may be retried."""
+
+
+def connect(lake: IcebergLake) -> Any:
+    """A DuckDB connection with the REST catalog attached as ``ice``.
+
+    S3 credentials go into a DuckDB S3 secret and a bearer token (``LAKEWRAP_ICEBERG_TOKEN``) into
+    an Iceberg secret; the statements creating them are never logged, and their values are
+    redacted from every error.
+    """
+    import os
+
+    import duckdb
+
+    rest = lake.config.rest
+    if rest is None or lake.config.write_path != "sql":
+        raise ExecutionError("write_path = \"sql\" needs catalog = \"rest\"", hint="see docs/iceberg.md")
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    try:
+        extensions.load(con, ("avro", "iceberg", "httpfs"))
+        con.execute(sql.set_option("TimeZone", "UTC"))
+        if lake.config.is_s3:
+            lake._s3_secret(con)
+        token = os.environ.get(TOKEN_ENV)
+        if token:
+            lake.secrets.append(token)
+            try:
+                con.execute(isql.token_secret(TOKEN_SECRET, token))
+            except Exception as exc:  # the statement holds the token: never show it
+                raise ExecutionError(f"cannot configure the REST token: {lake.redact(str(exc)).splitlines()[0]}") \
+                    from None
+        # The catalog's warehouse name (`[lake.rest] warehouse`), never the storage location: DuckDB
+        # 1.5.5 attaches an `s3://...` name read-only.
+        warehouse = rest.warehouse or ""
+        try:
+            con.execute(isql.attach(warehouse, rest.uri, TOKEN_SECRET if token else None))
+        except Exception as exc:
+            raise ExecutionError(f"cannot attach the Iceberg REST catalog: {lake.redact(str(exc)).splitlines()[0]}",
+                                 hint="check [lake.rest] uri in lakewrap.toml and that the catalog is reachable") \
+                from None
+    except Exception:
+        con.close()
+        raise
+    return con
+
+
+def conflicted(exc: BaseException) -> bool:
+    """A refusal by the catalog (409), or a server or connection failure (5xx, unreachable): once the
+    state table shows the attempt did not land, retrying the whole transaction is safe."""
+    text = str(exc)
+    return any(marker in text for marker in CONFLICT) or UNAVAILABLE.search(text) is not None
+
+
+@dataclass
+class IcebergSqlExecutor:
+    """Runs compiled ``iceberg-sql`` plans for one run id on a connection from :func:`connect`."""
+
+    lake: IcebergLake
+    run_id: str
+    log_dir: Path
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    strict: bool = False
+    rng: random.Random = field(default_factory=random.Random)
+    sleep: Callable[[float], None] = time.sleep
+    # test hook: called with the connection just before COMMIT (the transaction is open)
+    before_commit: Callable[[Any], None] | None = None
+
+    def materialize(self, con: Any, compiled: CompiledPlan, *, reads: tuple[str, ...] = (),
+                    drop_first: bool = False, inputs: dict[str, Any] | None = None) -> Result:
+        """Execute ``compiled``; a failure is returned as a ``failed`` :class:`Result`, nothing written."""
+        started = time.perf_counter()
+        window = compiled.window
+        result = Result(model=compiled.path, target=compiled.target, partition=window.value if window else None,
+                        strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
+        log = StatementLog(self.log_dir, compiled, self.lake.redact)
+        try:
+            for name, data in (inputs or {}).items():
+                con.register(name, data)
+            for attempt in range(1, self.policy.attempts + 1):
+                result.attempts = attempt
+                tried = time.perf_counter()
+                try:
+                    self._attempt(con, compiled, reads, result, log, attempt, drop_first)
+                    break
+                except Exception as exc:
+                    self._rollback(con, log)
+                    result.attempt_errors.append({
+                        "attempt": attempt, "seconds": round(time.perf_counter() - tried, 6),
+                        "error_class": type(exc).__name__,
+                        "error": self.lake.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else ""),
+                    })
+                    result.rows_inserted = result.rows_updated = result.rows_deleted = 0
+                    result.warnings.clear()
+                    if not isinstance(exc, Conflict) or attempt == self.policy.attempts:
+                        raise
+                    delay = self.policy.delay(attempt, self.rng)
+                    log.note(f"attempt {attempt} conflicted and did not land; retrying in {delay:.3f}s")
+                    self.sleep(delay)
+        except LakewrapError as exc:
+            result.error, result.error_class = self.lake.redact(exc.render()), type(exc).__name__
+        except Exception as exc:  # a DuckDB error
+            result.error = self.lake.redact(f"{compiled.path}: {str(exc).strip()}")
+            result.error_class = type(exc).__name__
+        finally:
+            for name in inputs or {}:
+                with suppress(Exception):  # already gone
+                    con.unregister(name)
+            result.seconds = time.perf_counter() - started
+            result.warnings = [self.lake.redact(w) for w in result.warnings]
+            log.close(result.status, result.error)
+        return result
+
+    # --- one attempt ----------------------------------------------------------------------------
+
+    def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
+                 log: StatementLog, attempt: int, refresh: bool) -> None:
+        statements = list(compiled.statements)
+        try:
+            while statements and statements[0].role == "setup":  # before BEGIN, each committed on its own
+                self._execute(con, statements.pop(0), log)
+            if self.lake.load(compiled.target) is None:
+                self._create(con, statements, log)
+        except Exception as exc:
+            # Idempotent steps (IF NOT EXISTS) that a concurrent writer got to first: nothing of this
+            # materialization was written, so trying again is safe.
+            if conflicted(exc):
+                raise Conflict(f"{compiled.path}: {str(exc).splitlines()[0]}") from exc
+            raise
+        started_at = datetime.now(timezone.utc)
+        commit_id = uuid.uuid4().hex
+        pins = {name: self._snapshot(name) for name in reads if name != compiled.target}
+        inserted = updated = deleted = 0
+        stage_rows: int | None = None
+        log.run(con, sql.BEGIN)
+        base = self._current(con, compiled.target, log)
+        if refresh:  # --full-refresh: computed as a first run, in the same transaction
+            log.note("--full-refresh: every row is deleted first, in the same transaction")
+            log.run(con, isql.delete_all(compiled.target))
+        result.tests.clear()
+        result.schema_changes.clear()
+        outcomes: list[checks.TestOutcome] = []
+        schema_check = compiled.schema_check
+        for st in statements:
+            if schema_check is not None and st.role in ("bootstrap", "write"):  # before the first write
+                result.schema_changes = self._schema(con, schema_check, compiled, log)
+                schema_check = None
+            if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
+                outcome = checks.run_test(con, st, log, compiled.path)
+                outcomes.append(outcome)
+                result.tests.append(outcome.to_dict())
+                if outcome.status == "warn":
+                    result.warnings.append(outcome.summary())
+                continue
+            if st.note == isql.STATE_NOTE:
+                if (failed := checks.failure(outcomes)) is not None:
+                    raise failed
+                if compiled.strategy == "snapshot" and inserted == updated == deleted == 0:
+                    log.run(con, sql.ROLLBACK)
+                    result.status = "unchanged"
+                    log.note("no version changed: nothing to commit")
+                    return
+                if stage_rows == 0 and deleted > 0:
+                    warning = f"the result is empty but the partition had {deleted} rows; they were removed"
+                    if self.strict:
+                        raise StrictRefusal(f"{compiled.path}: {warning}",
+                                            hint="check the model's source; run without --strict to accept")
+                    result.warnings.append(warning)
+                window = compiled.window
+                state = {
+                    "run_id": self.run_id, "commit_id": commit_id, "model": compiled.path,
+                    "target": compiled.target, "partition_value": result.partition,
+                    "window_start": datetime.fromisoformat(window.start) if window else None,
+                    "window_end": datetime.fromisoformat(window.end) if window else None,
+                    "watermark": datetime.fromisoformat(window.end) if window and window.kind == "dynamic" else None,
+                    "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
+                    "pins": json.dumps(pins, sort_keys=True), "base_snapshot": base,
+                    "rows_inserted": inserted, "rows_updated": updated, "rows_deleted": deleted,
+                    "full_refresh": refresh, "started_at": started_at, "attempt": attempt,
+                    "lakewrap_version": __version__,
+                    "tests": json.dumps([{k: t.to_dict()[k] for k in ("name", "severity", "line", "status", "failures")}
+                                         for t in outcomes]),
+                }
+                log.run(con, st.sql, {isql.STATE_PREFIX + k: v for k, v in state.items()}, role=st.role)
+                continue
+            before = self._count(con, compiled.target, log) if st.effect == "merge" else 0
+            cursor = self._execute(con, st, log)
+            if st.role == "stage" and stage_rows is None:  # the first stage holds the SELECT's rows
+                stage_rows = int(log.run(con, sql.count_rows(None, STAGE)).fetchone()[0])
+            if st.effect is None:
+                continue
+            n = int(cursor.fetchone()[0])
+            match st.effect:
+                case "insert":
+                    inserted += n
+                case "delete":
+                    deleted += 0 if compiled.strategy == "table" else n  # a rebuild counts what it wrote
+                case "update":
+                    updated += n
+                case "merge":
+                    grown = self._count(con, compiled.target, log) - before
+                    inserted += grown
+                    updated += n - grown
+        result.rows_inserted, result.rows_updated, result.rows_deleted = inserted, updated, deleted
+        if self.before_commit is not None:
+            self.before_commit(con)
+        log.note(f"commit {commit_id}")
+        try:
+            log.run(con, sql.COMMIT)
+        except Exception as exc:
+            self._rollback(con, log)
+            # Whatever the error, look for this attempt's state row before anything is retried.
+            landed = self._landed(con, compiled.target, commit_id, log)
+            if landed is None:
+                raise ExecutionError(f"{compiled.path}: the commit's outcome is unknown and the state table "
+                                     f"could not be read: {str(exc).splitlines()[0]}",
+                                     hint="check `lakewrap history` before running the model again") from exc
+            if not landed:
+                if conflicted(exc):
+                    raise Conflict(f"{compiled.path}: {str(exc).splitlines()[0]}") from exc
+                raise
+            log.note(f"commit {commit_id} found in the state table: it landed")
+        result.status = "success"
+        result.snapshot_id = self._snapshot(compiled.target)
+
+    def _create(self, con: Any, statements: list[CompiledStatement], log: StatementLog) -> None:
+        """First run: create the target, empty, in a transaction of its own before the real one.
+
+        DuckDB 1.5.5 sends a transaction that creates a table as one commit per table (stage-create,
+        then each table's own ``POST .../tables/<t>``), and only a transaction whose tables all
+        exist as one atomic ``POST /v1/transactions/commit``. So the statements up to the first
+        write (stage, guards, the ``CREATE TABLE IF NOT EXISTS ... LIMIT 0`` bootstrap) run and
+        commit here: the table appears with no snapshot and no rows. The materialization then runs
+        in full, its bootstrap a no-op, and commits data and state together.
+        """
+        log.note("first run: the target is created empty in a transaction of its own")
+        log.run(con, sql.BEGIN)
+        for st in statements:
+            if st.role == "write":
+                break
+            self._execute(con, st, log)
+        log.run(con, sql.COMMIT)
+
+    def _schema(self, con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog) -> list[str]:
+        """``on_schema_change``: compare the staged result with the table, inside the transaction,
+        and run the ``ALTER TABLE`` statements the mode calls for (Iceberg's type promotions only);
+        they commit with the data. Raises ``SchemaChangeError`` when the mode refuses the change."""
+        schema, name = compiled.target.split(".", 1)
+        table = [(str(r[0]), str(r[1])) for r in log.run(con, isql.describe(compiled.target), role="schema")
+                 .fetchall()]
+        relation = check.relation
+        if relation is None:  # nothing staged: the result's columns from its `LIMIT 0` bootstrap query
+            bootstrap = next(st for st in compiled.statements if st.role == "bootstrap")
+            params = {k: v.python() for k, v in bootstrap.params.items()}
+            log.run(con, schema_sql.stage_result(bootstrap.sql), params or None, role="schema")
+            relation = schema_sql.RESULT
+        result = [(str(r[0]), str(r[1])) for r in log.run(
+            con, schema_sql.columns_query(), {"database": "temp", "schema": "main", "name": relation},
+            role="schema").fetchall()]
+        if check.relation is None:
+            log.run(con, schema_sql.drop_result(), role="schema")
+        statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table, ice.widens, "Iceberg",
+                                        catalog=isql.CATALOG)
+        for stmt in statements:
+            log.run(con, stmt, role="schema")
+        return statements
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _execute(self, con: Any, st: CompiledStatement, log: StatementLog) -> Any:
+        params = {k: v.python() for k, v in st.params.items()}
+        return log.run(con, st.sql, params or None, role=st.role)
+
+    def _count(self, con: Any, target: str, log: StatementLog) -> int:
+        return int(log.run(con, isql.count_rows(target)).fetchone()[0])
+
+    def _current(self, con: Any, target: str, log: StatementLog) -> int | None:
+        """The target's latest snapshot as this transaction sees it (None: no table or no snapshot)."""
+        try:
+            row = log.run(con, isql.latest_snapshot(target)).fetchone()
+        except Exception:  # no such table yet (iceberg_snapshots then reads its argument as a path)
+            self._rollback(con, log)  # the failed statement aborted the transaction: start it again
+            log.run(con, sql.BEGIN)
+            return None
+        return int(row[0]) if row is not None else None
+
+    def _snapshot(self, name: str) -> int | None:
+        """A table's current snapshot id, from the catalog (None: no table or no snapshot)."""
+        try:
+            table = self.lake.load(name)
+        except Exception:
+            return None
+        snap = table.current_snapshot() if table is not None else None
+        return int(snap.snapshot_id) if snap is not None else None
+
+    def _landed(self, con: Any, target: str, commit_id: str, log: StatementLog) -> bool | None:
+        """Whether the state table holds ``commit_id`` (None: it could not be read)."""
+        for _ in range(2):
+            try:
+                row = log.run(con, isql.find_commit(target), {"commit_id": commit_id}).fetchone()
+                return bool(row and row[0])
+            except Exception as exc:
+                log.note(f"looking up commit {commit_id} failed: {str(exc).splitlines()[0]}")
+                self._rollback(con, log)
+        return None
+
+    def _rollback(self, con: Any, log: StatementLog) -> None:
+        try:
+            log.run(con, sql.ROLLBACK)
+        except Exception as exc:  # no transaction open
+            log.note(f"rollback: {str(exc).splitlines()[0]}")

@@ -1,0 +1,534 @@
+"""Provenance on a DuckLake: ``explain``, ``reproduce``, ``restore`` and ``compile --as-of``.
+
+Everything is read from the lake's own records, committed in the same transaction as the data
+(``docs/running.md``): ``lakewrap.materializations`` (run, model, partition, strategy, pins),
+``lakewrap.compiled_sql`` (the statements, by ``sql_sha256``) and each snapshot's commit message
+and ``extra_info`` (which also holds the values bound to the statements' parameters). The SQL comes
+from :mod:`lakewrap.compilers.provenance`; this module only runs it. See ``docs/provenance.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from lakewrap.compilers import provenance as sqlp
+from lakewrap.compilers.artifacts import CompiledPlan, Window
+from lakewrap.errors import ExecutionError, PlanError, StateError, UnsupportedError
+from lakewrap.plan import Param
+
+# The type of each parameter a plan can bind (recorded values are text).
+PARAM_TYPES: dict[str, Literal["TIMESTAMPTZ", "VARCHAR"]] = {
+    "partition_start": "TIMESTAMPTZ", "partition_end": "TIMESTAMPTZ", "run_timestamp": "TIMESTAMPTZ",
+    "partition_value": "VARCHAR",
+}
+COMMANDS = "explain, reproduce, restore and compile --as-of"
+
+
+def refuse_iceberg(root: Path, command: str) -> None:
+    """Provenance commands are built for DuckLake only: a clear refusal on an Iceberg lake."""
+    from lakewrap.config import load_config
+
+    substrate = load_config(root).lake.substrate
+    if substrate != "ducklake":
+        raise UnsupportedError(
+            f"`lakewrap {command}` is implemented for DuckLake lakes only; this project's lake is {substrate}",
+            hint=f"{COMMANDS} read DuckLake snapshots; on Iceberg, `lakewrap history MODEL` lists each "
+            "materialization's snapshot and `lakewrap query --as-of RUN` reads the lake as it stood after a run",
+        )
+
+
+@dataclass
+class Materialization:
+    """One recorded materialization: what ``lakewrap explain`` prints."""
+
+    run_id: str
+    model: str
+    target: str
+    partition: str | None
+    window_start: str | None
+    window_end: str | None
+    strategy: str
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    sql_sha256: str
+    pins: dict[str, Any]
+    committed_at: str
+    snapshot_id: int | None
+    author: str | None
+    commit_message: str | None
+    extra_info: dict[str, Any]
+    statements: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pin(self) -> int:
+        """The snapshot every read of the materialization's transaction saw (the one before it)."""
+        value = self.pins.get("snapshot")
+        if not isinstance(value, int):
+            raise StateError(f"the materialization of `{self.target}` in run {self.run_id} records no pin",
+                             hint="it was committed by a lakewrap without pins; it cannot be reproduced")
+        return value
+
+    @property
+    def params(self) -> dict[str, Param]:
+        """The parameter values bound when it ran (``extra_info``), else the window's from its row."""
+        recorded = self.extra_info.get("params")
+        if isinstance(recorded, dict):
+            return {k: Param(type=PARAM_TYPES.get(k, "VARCHAR"), value=str(v)) for k, v in recorded.items()}
+        out: dict[str, Param] = {}
+        if self.window_start and self.window_end:
+            out["partition_start"] = Param(type="TIMESTAMPTZ", value=self.window_start)
+            out["partition_end"] = Param(type="TIMESTAMPTZ", value=self.window_end)
+        if self.partition is not None:
+            out["partition_value"] = Param(type="VARCHAR", value=self.partition)
+        return out
+
+    @property
+    def schema_name(self) -> tuple[str, str]:
+        schema, name = self.target.split(".", 1)
+        return schema, name
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["params"] = {k: v.value for k, v in self.params.items()}
+        return out
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def read_materializations(con: Any, alias: str, by: Literal["run_id", "snapshot_id"],
+                          value: str | int) -> list[Materialization]:
+    """The materializations of a run (or the one a snapshot committed), with their statements."""
+    rows = con.execute(sqlp.materializations(alias, by), {"value": value}).fetchall()
+    out = []
+    for r in rows:
+        d = dict(zip(sqlp.MATERIALIZATION_COLUMNS, r, strict=True))
+        out.append(Materialization(
+            run_id=d["run_id"], model=d["model"], target=d["target"], partition=d["partition_value"],
+            window_start=_iso(d["window_start"]), window_end=_iso(d["window_end"]), strategy=d["strategy"],
+            rows_inserted=d["rows_inserted"], rows_updated=d["rows_updated"], rows_deleted=d["rows_deleted"],
+            sql_sha256=d["sql_sha256"], pins=json.loads(d["pins"]) if d["pins"] else {},
+            committed_at=str(d["committed_at"]), snapshot_id=d["snapshot_id"], author=d["author"],
+            commit_message=d["commit_message"],
+            extra_info=json.loads(d["commit_extra_info"]) if d["commit_extra_info"] else {},
+        ))
+    for m in out:
+        found = con.execute(sqlp.compiled_statements(), {"sql_sha256": m.sql_sha256}).fetchone()
+        m.statements = json.loads(found[0]) if found else []
+    return out
+
+
+def _open(root: Path) -> tuple[Any, Any]:
+    from lakewrap.execute.lake import Lake
+
+    lake = Lake.open(root, read_only=True)
+    return lake, lake.connect()
+
+
+def _unknown_run(run_id: str) -> StateError:
+    return StateError(f"no materialization of run `{run_id}` is recorded in this lake",
+                      hint="`lakewrap history MODEL` lists the runs that materialized a model; a run that failed "
+                      "or changed nothing committed none")
+
+
+def _by_run_or_snapshot(con: Any, alias: str, what: str) -> list[Materialization]:
+    text = what.strip()
+    if text.isdigit():
+        found = read_materializations(con, alias, "snapshot_id", int(text))
+        if found:
+            return found
+        snap = con.execute(sqlp.snapshot(alias), {"value": int(text)}).fetchone()
+        if snap is None:
+            raise StateError(f"the lake has no snapshot {text}",
+                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+        said = f"author {snap[1]!r}, message {snap[2]!r}" if snap[1] or snap[2] else "it has no commit message"
+        raise StateError(f"snapshot {text} was not committed by a lakewrap materialization ({said})",
+                         hint="seeds and plain SQL commit snapshots too; `lakewrap history MODEL` lists the "
+                         "snapshots lakewrap committed")
+    found = read_materializations(con, alias, "run_id", text)
+    if not found:
+        raise _unknown_run(text)
+    return found
+
+
+def explain(root: Path, what: str) -> list[Materialization]:
+    """What produced a snapshot, or what a run materialized: model, partition, run, pins and SQL.
+
+    Example:
+        >>> (m,) = explain(Path("examples/shop"), "18")  # doctest: +SKIP
+        >>> m.target, m.partition, m.pins, m.statements[1]["sql"][:40]  # doctest: +SKIP
+        ('sales.orders', '2024-01-01', {'snapshot': 17}, 'CREATE OR REPLACE TEMPORARY TABLE "__lak')
+    """
+    root = root.resolve()
+    refuse_iceberg(root, "explain")
+    lake, con = _open(root)
+    try:
+        return _by_run_or_snapshot(con, lake.alias, what)
+    finally:
+        lake.close(con)
+
+
+# --- compile --as-of --------------------------------------------------------------------------------
+
+
+def pinned_plan(plan: CompiledPlan, version: int, params: dict[str, Param] | None = None) -> CompiledPlan:
+    """``plan`` with every upstream read at ``AT (VERSION => version)`` and, when given, the parameter
+    values a run bound (its window, its run timestamp)."""
+    target = tuple(plan.target.split(".", 1))
+    assert len(target) == 2
+    statements = []
+    for st in plan.statements:
+        text = st.sql if st.role == "literal" else sqlp.pin_reads(st.sql, version, (target[0], target[1]))
+        bound = {k: (params or {}).get(k, v) for k, v in st.params.items()}
+        statements.append(st.model_copy(update={"sql": text, "params": bound}))
+    stmts = tuple(statements)
+    return plan.model_copy(update={"statements": stmts, "sql_sha256": CompiledPlan.digest(stmts)})
+
+
+def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition: str | None = None,
+                  exclude: Sequence[str] = (), now: datetime | None = None,
+                  use_cache: bool = True) -> tuple[list[CompiledPlan], list[str]]:
+    """The selected models' plans with every upstream read pinned to what run ``as_of`` read (or to
+    snapshot ``as_of``, a number). Returns the plans and warnings (a model changed since the run)."""
+    from lakewrap.compile import compile_project
+
+    root = root.resolve()
+    refuse_iceberg(root, "compile --as-of")
+    plans = compile_project(root, selectors, exclude=exclude, partition=partition, now=now, use_cache=use_cache)
+    lake, con = _open(root)
+    try:
+        if as_of.strip().isdigit():
+            version = int(as_of.strip())
+            if con.execute(sqlp.snapshot(lake.alias), {"value": version}).fetchone() is None:
+                raise StateError(f"the lake has no snapshot {version}",
+                                 hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+            return [pinned_plan(p, version) for p in plans], []
+        recorded = read_materializations(con, lake.alias, "run_id", as_of.strip())
+    finally:
+        lake.close(con)
+    if not recorded:
+        raise _unknown_run(as_of)
+    out, warnings = [], []
+    for plan in plans:
+        value = plan.window.value if plan.window is not None and plan.window.kind == "time" else None
+        match = [m for m in recorded if m.target == plan.target and (value is None or m.partition == value)]
+        if not match:
+            done = ", ".join(sorted(f"{m.target}" + (f" {m.partition}" if m.partition else "") for m in recorded))
+            raise StateError(f"run {as_of} did not materialize `{plan.target}`"
+                             + (f" partition {value}" if value else ""),
+                             hint=f"it materialized: {done}; pick one of those (--partition), or another run")
+        m = match[-1]
+        if m.sql_sha256 != plan.sql_sha256:
+            warnings.append(f"{plan.target}: the model's SQL changed since run {as_of} (sql_sha256 "
+                            f"{m.sql_sha256[:12]} then, {plan.sql_sha256[:12]} now); `lakewrap explain {as_of}` "
+                            "shows the statements it executed")
+        out.append(pinned_plan(plan, m.pin, m.params))
+    return out, warnings
+
+
+# --- reproduce --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Reproduction:
+    """One materialization rebuilt in scratch space and compared with the table as it committed it."""
+
+    run_id: str
+    target: str
+    partition: str | None
+    strategy: str
+    snapshot_id: int | None
+    pin: int | None
+    status: Literal["MATCH", "MISMATCH", "SKIPPED", "ERROR"]
+    rows_reproduced: int = 0
+    rows_in_table: int = 0
+    only_in_reproduction: int = 0
+    only_in_table: int = 0
+    digest_reproduced: str | None = None
+    digest_table: str | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ReproduceReport:
+    run_id: str
+    results: list[Reproduction]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status in ("MATCH", "SKIPPED") for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "ok": self.ok, "results": [r.to_dict() for r in self.results]}
+
+
+def _target_of(root: Path, model: str) -> str:
+    from lakewrap.compile import load_project
+
+    specs = load_project(root, None).select([model])
+    if len(specs) != 1:
+        raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
+    return str(specs[0].target)
+
+
+def _filter(found: list[Materialization], run_id: str, target: str | None,
+            partition: str | None) -> list[Materialization]:
+    if target is not None:
+        mine = [m for m in found if m.target == target]
+        if not mine:
+            done = ", ".join(sorted({m.target for m in found}))
+            raise StateError(f"run {run_id} did not materialize `{target}`", hint=f"it materialized: {done}")
+        found = mine
+    if partition is not None:
+        mine = [m for m in found if m.partition == partition]
+        if not mine:
+            parts = ", ".join(sorted({m.partition or "(whole table)" for m in found}))
+            raise StateError(f"run {run_id} did not materialize partition {partition}"
+                             + (f" of `{target}`" if target else ""),
+                             hint=f"partitions it materialized: {parts}")
+        found = mine
+    return found
+
+
+def reproduce(root: Path, run_id: str, *, model: str | None = None, partition: str | None = None) -> ReproduceReport:
+    """Re-execute a run's recorded statements against its pinned inputs, in scratch space, and compare.
+
+    For each materialization of the run: copy the target as of the pin (the snapshot the run's
+    transaction read: the table before it) into an in-memory scratch database, run the recorded
+    statements with every other lake table read at the pin and the target redirected to the copy,
+    then compare the copy with the table as of the materialization's own snapshot, as multisets of
+    rows. The lake is attached read-only: nothing is written to it.
+
+    Example:
+        >>> report = reproduce(Path("examples/shop"), "20240104T000000Z-f97057")  # doctest: +SKIP
+        >>> report.ok, {r.status for r in report.results}  # doctest: +SKIP
+        (True, {'MATCH', 'SKIPPED'})
+    """
+    root = root.resolve()
+    refuse_iceberg(root, "reproduce")
+    target = _target_of(root, model) if model is not None else None
+    lake, con = _open(root)
+    try:
+        found = read_materializations(con, lake.alias, "run_id", run_id)
+        if not found:
+            raise _unknown_run(run_id)
+        found = _filter(found, run_id, target, partition)
+        return ReproduceReport(run_id, [_reproduce_one(con, m, lake.redact) for m in found])
+    finally:
+        lake.close(con)
+
+
+def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
+    from lakewrap.sqltext import parameters
+
+    out = Reproduction(m.run_id, m.target, m.partition, m.strategy, m.snapshot_id, m.pins.get("snapshot"),
+                       status="ERROR")
+    if m.strategy in ("view", "literal"):
+        out.status = "SKIPPED"
+        out.detail = ("a view holds no rows: `lakewrap explain` shows its SQL" if m.strategy == "view" else
+                      "a literal model's statements may write any table: lakewrap cannot tell which to compare")
+        return out
+    if m.snapshot_id is None or not m.statements:
+        out.detail = "its snapshot or its statements are no longer in the lake (expired or deleted)"
+        return out
+    schema, name = m.schema_name
+    pin = m.pin
+    params = m.params
+    con.execute(sqlp.attach_scratch())
+    try:
+        con.execute(sqlp.scratch_schema(schema))
+        try:
+            con.execute(sqlp.probe_at(schema, name, pin))
+            existed = True
+        except Exception:  # the table did not exist before this materialization (its first run)
+            existed = False
+        if existed:
+            con.execute(sqlp.copy_to_scratch(schema, name, pin))
+        for st in m.statements:
+            if st.get("role") == "test":
+                continue
+            text = sqlp.scratch_statement(st["sql"], pin, (schema, name))
+            if text is None:
+                continue
+            used = parameters(sqlp.parse(text)) if "$" in text else set()
+            missing = sorted(used - params.keys())
+            if missing:
+                raise StateError(f"the value of ${missing[0]} this materialization bound is not recorded",
+                                 hint="it was committed before lakewrap recorded parameter values; it cannot be "
+                                 "reproduced")
+            con.execute(text, {k: params[k].python() for k in sorted(used)} or None)
+        cursor = con.execute(sqlp.probe_at(schema, name, m.snapshot_id))
+        columns = tuple(d[0] for d in cursor.description)
+        mine = sqlp.scratch_table(schema, name)
+        reproduced = tuple(d[0] for d in con.execute(sqlp.probe_scratch(schema, name)).description)
+        if set(c.lower() for c in reproduced) != set(c.lower() for c in columns):
+            out.status = "MISMATCH"
+            out.detail = f"columns differ: reproduced {list(reproduced)}, table {list(columns)}"
+            return out
+        table = sqlp.at(schema, name, m.snapshot_id)
+        out.only_in_reproduction = int(con.execute(sqlp.only_in(mine.copy(), table.copy(), columns)).fetchone()[0])
+        out.only_in_table = int(con.execute(sqlp.only_in(table.copy(), mine.copy(), columns)).fetchone()[0])
+        n, h = con.execute(sqlp.content_digest(mine.copy(), columns)).fetchone()
+        out.rows_reproduced, out.digest_reproduced = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
+        n, h = con.execute(sqlp.content_digest(table.copy(), columns)).fetchone()
+        out.rows_in_table, out.digest_table = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
+        same = out.only_in_reproduction == out.only_in_table == 0 and out.digest_reproduced == out.digest_table
+        out.status = "MATCH" if same else "MISMATCH"
+    except StateError as exc:
+        out.detail = exc.render()
+    except Exception as exc:  # a DuckDB error while re-executing: report it with the materialization
+        out.detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    finally:
+        con.execute(sqlp.detach_scratch())  # each statement ran on its own (autocommit): nothing is open
+    return out
+
+
+# --- restore ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RestoreResult:
+    """What ``lakewrap restore`` did (or, with ``--dry-run``, would do)."""
+
+    target: str
+    partition: str | None
+    from_snapshot: int
+    from_run: str | None
+    plan: CompiledPlan
+    dry_run: bool
+    result: Any = None  # the executor's Result once run
+    run_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.dry_run or (self.result is not None and self.result.status == "success")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "target": self.target, "partition": self.partition,
+                "from_snapshot": self.from_snapshot, "from_run": self.from_run, "dry_run": self.dry_run, "ok": self.ok,
+                "result": self.result.to_dict() if self.result is not None else None,
+                "plan": self.plan.model_dump(mode="json")}
+
+
+def restore(root: Path, model: str, *, partition: str | None = None, to_run: str | None = None,
+            to_snapshot: int | None = None, dry_run: bool = False, run_id: str | None = None) -> RestoreResult:
+    """Put one partition (or a whole unpartitioned table) back as it was after run ``to_run`` (or at
+    snapshot ``to_snapshot``), as a new forward commit with its own state record.
+
+    Raises a :class:`~lakewrap.errors.LakewrapError` with a hint, writing nothing, for an unknown
+    run, model or snapshot, a partition the run did not write, or a failed transaction.
+
+    Example:
+        >>> out = restore(Path("examples/shop"), "sales.orders", partition="2024-01-01",
+        ...               to_run="20240104T000000Z-f97057")  # doctest: +SKIP
+        >>> out.result.rows_deleted, out.result.rows_inserted, out.result.snapshot_id  # doctest: +SKIP
+        (46, 46, 21)
+    """
+    from lakewrap.compile import load_project
+    from lakewrap.partitions import Grain, parse_partition
+    from lakewrap.spec import DynamicPartitioning, TimePartitioning
+
+    root = root.resolve()
+    refuse_iceberg(root, "restore")
+    if (to_run is None) == (to_snapshot is None):
+        raise PlanError("give exactly one of --to RUN and --to-snapshot N",
+                        hint="`lakewrap history MODEL` lists runs and snapshots")
+    specs = load_project(root, None).select([model])
+    if len(specs) != 1:
+        raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
+    spec = specs[0]
+    target = str(spec.target)
+    if spec.strategy.kind in ("view", "literal"):
+        raise UnsupportedError(f"`{target}` is a {spec.strategy.kind} model: lakewrap restores tables it writes",
+                               hint="restore a table model; re-run a view's model to recreate it")
+    window: Window | None = None
+    key: str | None = None
+    part = spec.partition
+    if isinstance(part, TimePartitioning):
+        if partition is None:
+            raise PlanError(f"`{target}` is partitioned {part.grain.value}: name the partition to restore",
+                            hint="add --partition VALUE; `lakewrap history MODEL` lists the partitions")
+        p = parse_partition(Grain(part.grain), partition, part.tz)
+        w = p.window
+        window = Window(kind="time", value=p.value, start=w.start.isoformat(), end=w.end.isoformat(),
+                        closed="[start, end)")
+        key = part.key
+    elif partition is not None:
+        why = "a dynamic (watermark) partition" if isinstance(part, DynamicPartitioning) else "no partitions"
+        raise PlanError(f"`{target}` has {why}: a restore replaces the whole table",
+                        hint="drop --partition")
+    lake, con = _open(root)
+    schema, name = spec.target.schema_name, spec.target.name
+    try:
+        if to_run is not None:
+            found = read_materializations(con, lake.alias, "run_id", to_run)
+            if not found:
+                raise _unknown_run(to_run)
+            found = _filter(found, to_run, target, window.value if window else None)
+            version = found[-1].snapshot_id
+            if version is None:
+                raise StateError(f"the snapshot run {to_run} committed for `{target}` is no longer in the lake",
+                                 hint="it was expired; restore --to-snapshot an existing snapshot")
+        else:
+            assert to_snapshot is not None
+            version = to_snapshot
+            if con.execute(sqlp.snapshot(lake.alias), {"value": version}).fetchone() is None:
+                raise StateError(f"the lake has no snapshot {version}",
+                                 hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+        try:
+            con.execute(sqlp.probe_at(schema, name, version))
+        except Exception:
+            raise StateError(f"`{target}` did not exist at snapshot {version}",
+                             hint="pick a later run or snapshot (`lakewrap history MODEL`)") from None
+    finally:
+        lake.close(con)
+    statements = sqlp.restore_statements(schema, name, version, key)
+    if window is not None:
+        bounds = {"partition_start": Param(type="TIMESTAMPTZ", value=window.start),
+                  "partition_end": Param(type="TIMESTAMPTZ", value=window.end)}
+        statements = tuple(st.model_copy(update={"params": bounds}) if "$partition_" in st.sql else st
+                           for st in statements)
+    plan = CompiledPlan(
+        model=spec.name, path=spec.path, target=target, strategy="restore", substrate="ducklake", write_path="sql",
+        window=window, idempotent=True, idempotent_note=f"a re-run copies the rows of snapshot {version} again",
+        statements=statements, sql_sha256=CompiledPlan.digest(statements),
+    )
+    out = RestoreResult(target, window.value if window else None, version, to_run, plan, dry_run)
+    if dry_run:
+        return out
+    from lakewrap.runner import new_run_id
+
+    out.run_id = run_id or new_run_id(datetime.now(timezone.utc))
+    out.result = _run_restore(root, plan, {"restored_from": {"snapshot": version, "run_id": to_run}}, out.run_id)
+    return out
+
+
+def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str) -> Any:
+    from lakewrap.execute.executor import Executor
+    from lakewrap.execute.lake import Lake
+    from lakewrap.runner import RunReport, write_results
+
+    now = datetime.now(timezone.utc)
+    lake = Lake.open(root)
+    folder = lake.root / "target" / "run" / run_id
+    con = lake.connect()
+    try:
+        result = Executor(lake, run_id, folder).materialize(con, plan, provenance=provenance)
+    finally:
+        lake.close(con)
+    write_results(lake.root, folder, RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
+                                               finished_at=datetime.now(timezone.utc).isoformat()))
+    if result.status != "success":
+        raise ExecutionError(f"the restore of `{plan.target}` failed and wrote nothing: {result.error}",
+                             hint=f"the statements it ran are logged under target/run/{run_id}/")
+    return result
