@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,17 +30,20 @@ PARAM_TYPES: dict[str, Literal["TIMESTAMPTZ", "VARCHAR"]] = {
 COMMANDS = "explain, reproduce, restore and compile --as-of"
 
 
-def refuse_iceberg(root: Path, command: str) -> None:
-    """Provenance commands are built for DuckLake only: a clear refusal on an Iceberg lake."""
+def substrate(root: Path, command: str) -> Literal["ducklake", "iceberg"]:
+    """The lake's substrate: ``ducklake`` (records in lakewrap's tables) or ``iceberg`` (records in
+    snapshot summaries, :mod:`lakewrap.provenance_iceberg`); anything else is refused."""
     from lakewrap.config import load_config
 
-    substrate = load_config(root).lake.substrate
-    if substrate != "ducklake":
-        raise UnsupportedError(
-            f"`lakewrap {command}` is implemented for DuckLake lakes only; this project's lake is {substrate}",
-            hint=f"{COMMANDS} read DuckLake snapshots; on Iceberg, `lakewrap history MODEL` lists each "
-            "materialization's snapshot and `lakewrap query --as-of RUN` reads the lake as it stood after a run",
-        )
+    cfg = load_config(root).lake
+    if cfg.substrate == "iceberg" and cfg.write_path != "sql":
+        return "iceberg"
+    if cfg.substrate == "ducklake":
+        return "ducklake"
+    raise UnsupportedError(  # pragma: no cover - no other substrate or write path runs yet
+        f"`lakewrap {command}` is implemented for DuckLake and Iceberg (write path pyiceberg) lakes only",
+        hint=f"{COMMANDS} read the records lakewrap's own commits carry",
+    )
 
 
 @dataclass
@@ -158,6 +162,27 @@ def _by_run_or_snapshot(con: Any, alias: str, what: str) -> list[Materialization
     return found
 
 
+def _iceberg_by_run_or_snapshot(records: Any, what: str) -> list[Materialization]:
+    text = what.strip()
+    if text.lstrip("-").isdigit():
+        found: list[Materialization] = records.by_snapshot(int(text))
+        if found:
+            return found
+        owner = records.owner(int(text))
+        if owner is None:
+            raise StateError(f"the lake has no snapshot {text}",
+                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+        name, snap = owner
+        raise StateError(f"snapshot {text} of {name} was not committed by a lakewrap materialization (operation "
+                         f"{snap.summary.operation.value if snap.summary else '?'}, no lakewrap.run_id in its summary)",
+                         hint="seeds and plain pyiceberg writes commit snapshots too; `lakewrap history MODEL` lists "
+                         "the snapshots lakewrap committed")
+    found = records.by_run(text)
+    if not found:
+        raise _unknown_run(text)
+    return found
+
+
 def explain(root: Path, what: str) -> list[Materialization]:
     """What produced a snapshot, or what a run materialized: model, partition, run, pins and SQL.
 
@@ -167,7 +192,10 @@ def explain(root: Path, what: str) -> list[Materialization]:
         ('sales.orders', '2024-01-01', {'snapshot': 17}, 'CREATE OR REPLACE TEMPORARY TABLE "__lak')
     """
     root = root.resolve()
-    refuse_iceberg(root, "explain")
+    if substrate(root, "explain") == "iceberg":
+        from lakewrap.provenance_iceberg import IcebergRecords
+
+        return _iceberg_by_run_or_snapshot(IcebergRecords.open(root), what)
     lake, con = _open(root)
     try:
         return _by_run_or_snapshot(con, lake.alias, what)
@@ -200,8 +228,10 @@ def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition
     from lakewrap.compile import compile_project
 
     root = root.resolve()
-    refuse_iceberg(root, "compile --as-of")
+    kind = substrate(root, "compile --as-of")
     plans = compile_project(root, selectors, exclude=exclude, partition=partition, now=now, use_cache=use_cache)
+    if kind == "iceberg":
+        return _iceberg_as_of(root, plans, as_of.strip())
     lake, con = _open(root)
     try:
         if as_of.strip().isdigit():
@@ -213,6 +243,14 @@ def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition
         recorded = read_materializations(con, lake.alias, "run_id", as_of.strip())
     finally:
         lake.close(con)
+    matched, warnings = _match_run(plans, recorded, as_of)
+    return [pinned_plan(plan, m.pin, m.params) for plan, m in matched], warnings
+
+
+def _match_run(plans: list[CompiledPlan], recorded: list[Materialization],
+               as_of: str) -> tuple[list[tuple[CompiledPlan, Materialization]], list[str]]:
+    """Each plan with the materialization of run ``as_of`` it re-renders, and a warning per model
+    whose SQL changed since."""
     if not recorded:
         raise _unknown_run(as_of)
     out, warnings = [], []
@@ -229,8 +267,35 @@ def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition
             warnings.append(f"{plan.target}: the model's SQL changed since run {as_of} (sql_sha256 "
                             f"{m.sql_sha256[:12]} then, {plan.sql_sha256[:12]} now); `lakewrap explain {as_of}` "
                             "shows the statements it executed")
-        out.append(pinned_plan(plan, m.pin, m.params))
+        out.append((plan, m))
     return out, warnings
+
+
+def _iceberg_as_of(root: Path, plans: list[CompiledPlan], as_of: str) -> tuple[list[CompiledPlan], list[str]]:
+    from lakewrap.iceberg_run import reads_of
+    from lakewrap.provenance_iceberg import IcebergRecords, as_of_pins
+    from lakewrap.provenance_iceberg import pinned_plan as ice_pinned
+
+    records = IcebergRecords.open(root)
+    lake = records.lake
+    if as_of.lstrip("-").isdigit():
+        if not records.has_snapshot(int(as_of)):
+            raise StateError(f"the lake has no snapshot {as_of}",
+                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+        specs = {str(s.target): s for s in _project_specs(root)}
+        out = []
+        for plan in plans:
+            spec = specs[plan.target]
+            out.append(ice_pinned(lake, plan, as_of_pins(lake, list(reads_of(spec)), int(as_of))))
+        return out, []
+    matched, warnings = _match_run(plans, records.by_run(as_of), as_of)
+    return [ice_pinned(lake, plan, m.pins, m.params) for plan, m in matched], warnings
+
+
+def _project_specs(root: Path) -> list[Any]:
+    from lakewrap.compile import load_project
+
+    return list(load_project(root, None).select([]))
 
 
 # --- reproduce --------------------------------------------------------------------------------------
@@ -315,8 +380,10 @@ def reproduce(root: Path, run_id: str, *, model: str | None = None, partition: s
         (True, {'MATCH', 'SKIPPED'})
     """
     root = root.resolve()
-    refuse_iceberg(root, "reproduce")
+    kind = substrate(root, "reproduce")
     target = _target_of(root, model) if model is not None else None
+    if kind == "iceberg":
+        return _reproduce_iceberg(root, run_id, target, partition)
     lake, con = _open(root)
     try:
         found = read_materializations(con, lake.alias, "run_id", run_id)
@@ -328,24 +395,93 @@ def reproduce(root: Path, run_id: str, *, model: str | None = None, partition: s
         lake.close(con)
 
 
-def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
-    from lakewrap.sqltext import parameters
+def _reproduce_iceberg(root: Path, run_id: str, target: str | None, partition: str | None) -> ReproduceReport:
+    from lakewrap.provenance_iceberg import IcebergRecords, reproduce_one
 
-    out = Reproduction(m.run_id, m.target, m.partition, m.strategy, m.snapshot_id, m.pins.get("snapshot"),
-                       status="ERROR")
+    records = IcebergRecords.open(root)
+    found = records.by_run(run_id)
+    if not found:
+        raise _unknown_run(run_id)
+    found = _filter(found, run_id, target, partition)
+    lake = records.lake
+    con = lake.connect()
+    try:
+        results = []
+        for m in found:
+            out = _reproduction(m, None)
+            if out.status == "ERROR":
+                _guarded(out, lake.redact, partial(reproduce_one, lake, con, m, out))
+            results.append(out)
+        return ReproduceReport(run_id, results)
+    finally:
+        lake.close(con)
+
+
+def _reproduction(m: Materialization, pin: int | None) -> Reproduction:
+    """A reproduction not yet run: ``ERROR`` until compared, ``SKIPPED`` for views and literal models."""
+    out = Reproduction(m.run_id, m.target, m.partition, m.strategy, m.snapshot_id, pin, status="ERROR")
     if m.strategy in ("view", "literal"):
         out.status = "SKIPPED"
         out.detail = ("a view holds no rows: `lakewrap explain` shows its SQL" if m.strategy == "view" else
                       "a literal model's statements may write any table: lakewrap cannot tell which to compare")
+    return out
+
+
+def _guarded(out: Reproduction, redact: Any, run: Any) -> None:
+    """Run one reproduction; a failure is reported with the materialization (status ``ERROR``)."""
+    try:
+        run()
+    except StateError as exc:
+        out.detail = exc.render()
+    except Exception as exc:  # a DuckDB error while re-executing: report it with the materialization
+        out.detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
+def bound(text: str, params: dict[str, Param]) -> tuple[Any, ...]:
+    """``(text,)`` or ``(text, values)``: the arguments of ``execute()`` with the recorded values of
+    the parameters ``text`` uses; a parameter whose value was not recorded is a :class:`StateError`."""
+    from lakewrap.sqltext import parameters
+
+    used = parameters(sqlp.parse(text)) if "$" in text else set()
+    missing = sorted(used - params.keys())
+    if missing:
+        raise StateError(f"the value of ${missing[0]} this materialization bound is not recorded",
+                         hint="it was committed before lakewrap recorded parameter values; it cannot be reproduced")
+    return (text, {k: params[k].python() for k in sorted(used)}) if used else (text,)
+
+
+def compare(con: Any, mine: Any, table: Any, out: Reproduction) -> None:
+    """Compare the reproduction ``mine`` with ``table`` (sqlglot table expressions) as multisets of
+    rows and by an order-independent digest; sets ``out``'s counts, digests and status."""
+    columns = tuple(d[0] for d in con.execute(sqlp.probe(table.copy())).description)
+    reproduced = tuple(d[0] for d in con.execute(sqlp.probe(mine.copy())).description)
+    if set(c.lower() for c in reproduced) != set(c.lower() for c in columns):
+        out.status = "MISMATCH"
+        out.detail = f"columns differ: reproduced {list(reproduced)}, table {list(columns)}"
+        return
+    out.only_in_reproduction = int(con.execute(sqlp.only_in(mine.copy(), table.copy(), columns)).fetchone()[0])
+    out.only_in_table = int(con.execute(sqlp.only_in(table.copy(), mine.copy(), columns)).fetchone()[0])
+    n, h = con.execute(sqlp.content_digest(mine.copy(), columns)).fetchone()
+    out.rows_reproduced, out.digest_reproduced = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
+    n, h = con.execute(sqlp.content_digest(table.copy(), columns)).fetchone()
+    out.rows_in_table, out.digest_table = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
+    same = out.only_in_reproduction == out.only_in_table == 0 and out.digest_reproduced == out.digest_table
+    out.status = "MATCH" if same else "MISMATCH"
+
+
+def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
+    out = _reproduction(m, m.pins.get("snapshot"))
+    if out.status == "SKIPPED":
         return out
     if m.snapshot_id is None or not m.statements:
         out.detail = "its snapshot or its statements are no longer in the lake (expired or deleted)"
         return out
     schema, name = m.schema_name
-    pin = m.pin
-    params = m.params
+    snapshot_id = m.snapshot_id
     con.execute(sqlp.attach_scratch())
-    try:
+
+    def run() -> None:
+        pin = m.pin
         con.execute(sqlp.scratch_schema(schema))
         try:
             con.execute(sqlp.probe_at(schema, name, pin))
@@ -358,36 +494,12 @@ def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
             if st.get("role") == "test":
                 continue
             text = sqlp.scratch_statement(st["sql"], pin, (schema, name))
-            if text is None:
-                continue
-            used = parameters(sqlp.parse(text)) if "$" in text else set()
-            missing = sorted(used - params.keys())
-            if missing:
-                raise StateError(f"the value of ${missing[0]} this materialization bound is not recorded",
-                                 hint="it was committed before lakewrap recorded parameter values; it cannot be "
-                                 "reproduced")
-            con.execute(text, {k: params[k].python() for k in sorted(used)} or None)
-        cursor = con.execute(sqlp.probe_at(schema, name, m.snapshot_id))
-        columns = tuple(d[0] for d in cursor.description)
-        mine = sqlp.scratch_table(schema, name)
-        reproduced = tuple(d[0] for d in con.execute(sqlp.probe_scratch(schema, name)).description)
-        if set(c.lower() for c in reproduced) != set(c.lower() for c in columns):
-            out.status = "MISMATCH"
-            out.detail = f"columns differ: reproduced {list(reproduced)}, table {list(columns)}"
-            return out
-        table = sqlp.at(schema, name, m.snapshot_id)
-        out.only_in_reproduction = int(con.execute(sqlp.only_in(mine.copy(), table.copy(), columns)).fetchone()[0])
-        out.only_in_table = int(con.execute(sqlp.only_in(table.copy(), mine.copy(), columns)).fetchone()[0])
-        n, h = con.execute(sqlp.content_digest(mine.copy(), columns)).fetchone()
-        out.rows_reproduced, out.digest_reproduced = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
-        n, h = con.execute(sqlp.content_digest(table.copy(), columns)).fetchone()
-        out.rows_in_table, out.digest_table = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
-        same = out.only_in_reproduction == out.only_in_table == 0 and out.digest_reproduced == out.digest_table
-        out.status = "MATCH" if same else "MISMATCH"
-    except StateError as exc:
-        out.detail = exc.render()
-    except Exception as exc:  # a DuckDB error while re-executing: report it with the materialization
-        out.detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            if text is not None:
+                con.execute(*bound(text, m.params))
+        compare(con, sqlp.scratch_table(schema, name), sqlp.at(schema, name, snapshot_id), out)
+
+    try:
+        _guarded(out, redact, run)
     finally:
         con.execute(sqlp.detach_scratch())  # each statement ran on its own (autocommit): nothing is open
     return out
@@ -439,7 +551,7 @@ def restore(root: Path, model: str, *, partition: str | None = None, to_run: str
     from lakewrap.spec import DynamicPartitioning, TimePartitioning
 
     root = root.resolve()
-    refuse_iceberg(root, "restore")
+    kind = substrate(root, "restore")
     if (to_run is None) == (to_snapshot is None):
         raise PlanError("give exactly one of --to RUN and --to-snapshot N",
                         hint="`lakewrap history MODEL` lists runs and snapshots")
@@ -467,6 +579,45 @@ def restore(root: Path, model: str, *, partition: str | None = None, to_run: str
         why = "a dynamic (watermark) partition" if isinstance(part, DynamicPartitioning) else "no partitions"
         raise PlanError(f"`{target}` has {why}: a restore replaces the whole table",
                         hint="drop --partition")
+    if kind == "iceberg":
+        from lakewrap.provenance_iceberg import restore_plan
+
+        version = _iceberg_restore_version(root, target, window, to_run, to_snapshot)
+        plan = restore_plan(spec, target, key, version, window)
+    else:
+        version = _ducklake_restore_version(root, spec, target, window, to_run, to_snapshot)
+        schema, name = spec.target.schema_name, spec.target.name
+        statements = sqlp.restore_statements(schema, name, version, key)
+        if window is not None:
+            bounds = {"partition_start": Param(type="TIMESTAMPTZ", value=window.start),
+                      "partition_end": Param(type="TIMESTAMPTZ", value=window.end)}
+            statements = tuple(st.model_copy(update={"params": bounds}) if "$partition_" in st.sql else st
+                               for st in statements)
+        plan = CompiledPlan(
+            model=spec.name, path=spec.path, target=target, strategy="restore", substrate="ducklake",
+            write_path="sql", window=window, idempotent=True,
+            idempotent_note=f"a re-run copies the rows of snapshot {version} again",
+            statements=statements, sql_sha256=CompiledPlan.digest(statements),
+        )
+    out = RestoreResult(target, window.value if window else None, version, to_run, plan, dry_run)
+    if dry_run:
+        return out
+    from lakewrap.runner import new_run_id
+
+    out.run_id = run_id or new_run_id(datetime.now(timezone.utc))
+    provenance = {"restored_from": {"snapshot": version, "run_id": to_run}}
+    if kind == "iceberg":
+        from lakewrap.provenance_iceberg import run_restore
+
+        out.result = run_restore(root, plan, version, provenance, out.run_id)
+    else:
+        out.result = _run_restore(root, plan, provenance, out.run_id)
+    return out
+
+
+def _ducklake_restore_version(root: Path, spec: Any, target: str, window: Window | None, to_run: str | None,
+                              to_snapshot: int | None) -> int:
+    """The DuckLake snapshot a restore copies from; checks the table existed then."""
     lake, con = _open(root)
     schema, name = spec.target.schema_name, spec.target.name
     try:
@@ -492,25 +643,31 @@ def restore(root: Path, model: str, *, partition: str | None = None, to_run: str
                              hint="pick a later run or snapshot (`lakewrap history MODEL`)") from None
     finally:
         lake.close(con)
-    statements = sqlp.restore_statements(schema, name, version, key)
-    if window is not None:
-        bounds = {"partition_start": Param(type="TIMESTAMPTZ", value=window.start),
-                  "partition_end": Param(type="TIMESTAMPTZ", value=window.end)}
-        statements = tuple(st.model_copy(update={"params": bounds}) if "$partition_" in st.sql else st
-                           for st in statements)
-    plan = CompiledPlan(
-        model=spec.name, path=spec.path, target=target, strategy="restore", substrate="ducklake", write_path="sql",
-        window=window, idempotent=True, idempotent_note=f"a re-run copies the rows of snapshot {version} again",
-        statements=statements, sql_sha256=CompiledPlan.digest(statements),
-    )
-    out = RestoreResult(target, window.value if window else None, version, to_run, plan, dry_run)
-    if dry_run:
-        return out
-    from lakewrap.runner import new_run_id
+    return version
 
-    out.run_id = run_id or new_run_id(datetime.now(timezone.utc))
-    out.result = _run_restore(root, plan, {"restored_from": {"snapshot": version, "run_id": to_run}}, out.run_id)
-    return out
+
+def _iceberg_restore_version(root: Path, target: str, window: Window | None, to_run: str | None,
+                             to_snapshot: int | None) -> int:
+    """The snapshot of the Iceberg table ``target`` a restore copies from (Iceberg snapshot ids are per table)."""
+    from lakewrap.provenance_iceberg import IcebergRecords, existed_at
+
+    records = IcebergRecords.open(root)
+    if to_run is not None:
+        found = records.by_run(to_run)
+        if not found:
+            raise _unknown_run(to_run)
+        found = _filter(found, to_run, target, window.value if window else None)
+        version = found[-1].snapshot_id
+        assert version is not None
+    else:
+        assert to_snapshot is not None
+        version = to_snapshot
+    if not existed_at(records.lake, target, version):
+        owner = records.owner(version)
+        raise StateError(f"`{target}` has no snapshot {version}"
+                         + (f" (it is a snapshot of {owner[0]})" if owner else " (the lake has no such snapshot)"),
+                         hint=f"`lakewrap history {target}` lists the table's snapshots; it may have been expired")
+    return version
 
 
 def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str) -> Any:
