@@ -55,7 +55,7 @@ class Project:
                 now: datetime | None = None, as_of: str | None = None) -> list[CompiledPlan]:
         """The compiled plans of the selected models (see ``lakewrap compile``).
 
-        ``as_of`` (DuckLake; a run id or snapshot id) pins every upstream read to what that run read.
+        ``as_of`` (a run id or snapshot id) pins every upstream read to what that run read.
         """
         from lakewrap.compile import compile_project
 
@@ -132,7 +132,7 @@ class Project:
 
         return history(self.root, model)
 
-    # Provenance (DuckLake): lakewrap.provenance, docs/provenance.md
+    # Provenance (DuckLake and Iceberg): lakewrap.provenance, docs/provenance.md
 
     def explain(self, snapshot_or_run: str | int) -> list[Materialization]:
         """What produced a snapshot, or what a run materialized (``lakewrap explain``)."""

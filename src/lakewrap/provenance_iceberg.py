@@ -199,7 +199,7 @@ def reproduce_one(lake: IcebergLake, con: Any, m: Materialization, out: Reproduc
         committed = ice.scan(table.metadata_location, m.snapshot_id)
         cursor.execute(sqlp.empty_like(sqlp.REPRO, committed.copy()))
         schema, _, name = m.target.partition(".")
-        if base is not None:
+        if base is not None and not (op.operation == "overwrite" and op.delete_where == "TRUE"):
             where = op.delete_where if op.operation == "overwrite" else None
             cursor.execute(*bound(sqlp.kept_rows(sqlp.REPRO, schema, name, where), params))
         cursor.execute(*bound(sqlp.appended_rows(sqlp.REPRO, op.rows), params))
