@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,16 +121,20 @@ def test_reproduce_matches_every_strategy_after_a_history(history: IceHistory) -
 
 
 def _tamper_pins(root: Path, name: str, snapshot_id: int, pins: dict[str, int]) -> None:
-    """Rewrite the recorded pins of one commit: a new metadata file whose snapshot summaries say
-    ``pins``, and the catalog pointed at it (as a test-only commit would, without pyiceberg's API,
-    which cannot change an existing snapshot's summary)."""
+    """Rewrite the recorded pins of one commit."""
+    _rewrite_summary(root, name, snapshot_id, lambda props: props.update({"lakewrap.pins": json.dumps(pins)}))
+
+
+def _rewrite_summary(root: Path, name: str, snapshot_id: int, edit: Callable[[dict[str, str]], Any]) -> None:
+    """Edit the summaries of one commit's snapshots: a new metadata file with the edited summaries, and
+    the catalog pointed at it (pyiceberg's API cannot change an existing snapshot's summary)."""
     t = table(root, name)
     cid = summary(root, name, snapshot_id)["lakewrap.commit_id"]
     path = Path(t.metadata_location.removeprefix("file://"))
     meta = json.loads(path.read_text())
     for snap in meta["snapshots"]:
         if snap["summary"].get("lakewrap.commit_id") == cid:
-            snap["summary"]["lakewrap.pins"] = json.dumps(pins, sort_keys=True)
+            edit(snap["summary"])
     new = path.with_name("99999-tampered.metadata.json")
     new.write_text(json.dumps(meta))
     con = sqlite3.connect(root / ".lakewrap" / "iceberg.db")
@@ -155,6 +160,23 @@ def test_reproduce_mismatch_when_a_pin_is_altered(history: IceHistory) -> None:
     # at the old pin partition 1 of the source held ids 3, 4 (V1); the table holds 3, 4, 5 (V2), 4 changed;
     # partition 0 (ids 1, 2) is the same in both
     assert (r["only_in_reproduction"], r["only_in_table"]) == (1, 2)
+
+
+def test_unrecorded_statements_are_said_not_invented(history: IceHistory) -> None:
+    """A commit whose summary has no statements (made before lakewrap recorded them): explain says
+    so, reproduce reports ERROR, compile --as-of re-renders the current model with the run's pins."""
+    root = history.house.root
+    run_id, committed = history.runs[3]
+    res = next(r for r in committed if r.target == "m.di")
+    _rewrite_summary(root, "m.di", res.snapshot_id, lambda props: props.pop("lakewrap.statements"))
+    (m,) = lakewrap.Project(root).explain(res.snapshot_id)
+    assert m.statements == [] and m.sql_sha256 == res.sql_sha256
+    code, text, _ = cli("explain", str(res.snapshot_id), "--project", str(root))
+    assert code == 0 and "are not in the lake's records" in text and "CREATE" not in text
+    (r,) = lakewrap.Project(root).reproduce(run_id, model="m.di").results
+    assert r.status == "ERROR" and "not in the snapshot summary" in (r.detail or "")
+    (plan,) = lakewrap.Project(root).compile(["m.di"], partition=partition(1), as_of=run_id)
+    assert plan.statements[0].role == "setup" and "snapshot_from_id" in plan.statements[0].sql
 
 
 def test_restore_partition_returns_exact_rows_and_leaves_others(history: IceHistory) -> None:
@@ -241,6 +263,9 @@ def test_compile_as_of_pins_every_upstream(history: IceHistory, monkeypatch: pyt
     assert code == 0, err
     assert f"-- pin: pinned upstream raw.events: snapshot {pin}" in out
     assert f"snapshot_from_id => {pin}\n" in out and str(root) not in out
+    # --as-of a snapshot id (of any table): each upstream as the lake stood at that commit, here the same pin
+    (by_snapshot,) = lakewrap.Project(root).compile(["m.joined"], partition=partition(1), as_of=str(res.snapshot_id))
+    assert by_snapshot.statements[0].role == "setup" and f"snapshot_from_id => {pin}\n" in by_snapshot.statements[0].sql
     # the pinned plan runs in DuckDB and reads the source as the run did (V2), not as it is now (V3)
     (plan,) = lakewrap.Project(root).compile(["m.joined"], partition=partition(1), as_of=run_id)
     import duckdb

@@ -151,7 +151,8 @@ def as_of_pins(lake: IcebergLake, names: list[str], snapshot_id: int) -> dict[st
     """Each table as the lake stood when snapshot ``snapshot_id`` (of any table) was committed."""
     from lakewrap.iceberg_state import as_of_snapshots
 
-    return as_of_snapshots(lake, names, str(snapshot_id))
+    every = as_of_snapshots(lake, lake.tables(), str(snapshot_id))  # the snapshot may be of any table
+    return {name: every.get(name) for name in names}
 
 
 # --- reproduce --------------------------------------------------------------------------------------
