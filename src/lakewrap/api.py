@@ -40,7 +40,8 @@ from lakewrap.spec import (
 )
 
 if TYPE_CHECKING:
-    from lakewrap.provenance import Materialization, ReproduceReport, RestoreResult
+    from lakewrap.provenance import Materialization, ReproduceReport
+    from lakewrap.provenance_restore import RestoreResult
 
 INPUT = "__lakewrap_input"
 
@@ -150,7 +151,7 @@ class Project:
     def restore(self, model: str, *, partition: str | None = None, to_run: str | None = None,
                 to_snapshot: int | None = None, dry_run: bool = False) -> RestoreResult:
         """Put a partition (or table) back as of a run or snapshot, as a new commit (``lakewrap restore``)."""
-        from lakewrap.provenance import restore
+        from lakewrap.provenance_restore import restore
 
         return restore(self.root, model, partition=partition, to_run=to_run, to_snapshot=to_snapshot,
                        dry_run=dry_run)

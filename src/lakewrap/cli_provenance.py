@@ -134,7 +134,7 @@ def restore_cmd(model: str, partition: str | None, to_run: str | None, to_snapsh
     naming the snapshot and run restored) and commit message; other partitions are untouched.
     """
     from lakewrap.output import plan_sql
-    from lakewrap.provenance import restore
+    from lakewrap.provenance_restore import restore
 
     out = restore(project, model, partition=partition, to_run=to_run, to_snapshot=to_snapshot, dry_run=dry_run)
     if fmt == "json":

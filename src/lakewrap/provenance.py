@@ -1,10 +1,13 @@
-"""Provenance on a DuckLake: ``explain``, ``reproduce``, ``restore`` and ``compile --as-of``.
+"""Provenance: ``explain``, ``reproduce`` and ``compile --as-of`` (``restore``:
+:mod:`lakewrap.provenance_restore`).
 
 Everything is read from the lake's own records, committed in the same transaction as the data
-(``docs/running.md``): ``lakewrap.materializations`` (run, model, partition, strategy, pins),
-``lakewrap.compiled_sql`` (the statements, by ``sql_sha256``) and each snapshot's commit message
-and ``extra_info`` (which also holds the values bound to the statements' parameters). The SQL comes
-from :mod:`lakewrap.compilers.provenance`; this module only runs it. See ``docs/provenance.md``.
+(``docs/running.md``). DuckLake: ``lakewrap.materializations`` (run, model, partition, strategy,
+pins), ``lakewrap.compiled_sql`` (the statements, by ``sql_sha256``) and each snapshot's commit
+message and ``extra_info`` (which also holds the values bound to the statements' parameters).
+Iceberg: each commit's snapshot summary, read by :mod:`lakewrap.provenance_iceberg`, the substrate
+half behind :func:`substrate`. The SQL comes from :mod:`lakewrap.compilers.provenance`; this module
+only runs it. See ``docs/provenance.md``.
 """
 
 from __future__ import annotations
@@ -12,14 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from lakewrap.compilers import provenance as sqlp
-from lakewrap.compilers.artifacts import CompiledPlan, Window
-from lakewrap.errors import ExecutionError, PlanError, StateError, UnsupportedError
+from lakewrap.compilers.artifacts import CompiledPlan
+from lakewrap.errors import PlanError, StateError, UnsupportedError
 from lakewrap.plan import Param
 
 # The type of each parameter a plan can bind (recorded values are text).
@@ -129,14 +132,14 @@ def read_materializations(con: Any, alias: str, by: Literal["run_id", "snapshot_
     return out
 
 
-def _open(root: Path) -> tuple[Any, Any]:
+def open_ducklake(root: Path) -> tuple[Any, Any]:
     from lakewrap.execute.lake import Lake
 
     lake = Lake.open(root, read_only=True)
     return lake, lake.connect()
 
 
-def _unknown_run(run_id: str) -> StateError:
+def unknown_run(run_id: str) -> StateError:
     return StateError(f"no materialization of run `{run_id}` is recorded in this lake",
                       hint="`lakewrap history MODEL` lists the runs that materialized a model; a run that failed "
                       "or changed nothing committed none")
@@ -158,7 +161,7 @@ def _by_run_or_snapshot(con: Any, alias: str, what: str) -> list[Materialization
                          "snapshots lakewrap committed")
     found = read_materializations(con, alias, "run_id", text)
     if not found:
-        raise _unknown_run(text)
+        raise unknown_run(text)
     return found
 
 
@@ -179,7 +182,7 @@ def _iceberg_by_run_or_snapshot(records: Any, what: str) -> list[Materialization
                          "the snapshots lakewrap committed")
     found = records.by_run(text)
     if not found:
-        raise _unknown_run(text)
+        raise unknown_run(text)
     return found
 
 
@@ -196,7 +199,7 @@ def explain(root: Path, what: str) -> list[Materialization]:
         from lakewrap.provenance_iceberg import IcebergRecords
 
         return _iceberg_by_run_or_snapshot(IcebergRecords.open(root), what)
-    lake, con = _open(root)
+    lake, con = open_ducklake(root)
     try:
         return _by_run_or_snapshot(con, lake.alias, what)
     finally:
@@ -232,7 +235,7 @@ def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition
     plans = compile_project(root, selectors, exclude=exclude, partition=partition, now=now, use_cache=use_cache)
     if kind == "iceberg":
         return _iceberg_as_of(root, plans, as_of.strip())
-    lake, con = _open(root)
+    lake, con = open_ducklake(root)
     try:
         if as_of.strip().isdigit():
             version = int(as_of.strip())
@@ -252,7 +255,7 @@ def _match_run(plans: list[CompiledPlan], recorded: list[Materialization],
     """Each plan with the materialization of run ``as_of`` it re-renders, and a warning per model
     whose SQL changed since."""
     if not recorded:
-        raise _unknown_run(as_of)
+        raise unknown_run(as_of)
     out, warnings = [], []
     for plan in plans:
         value = plan.window.value if plan.window is not None and plan.window.kind == "time" else None
@@ -346,7 +349,7 @@ def _target_of(root: Path, model: str) -> str:
     return str(specs[0].target)
 
 
-def _filter(found: list[Materialization], run_id: str, target: str | None,
+def select_materializations(found: list[Materialization], run_id: str, target: str | None,
             partition: str | None) -> list[Materialization]:
     if target is not None:
         mine = [m for m in found if m.target == target]
@@ -384,12 +387,12 @@ def reproduce(root: Path, run_id: str, *, model: str | None = None, partition: s
     target = _target_of(root, model) if model is not None else None
     if kind == "iceberg":
         return _reproduce_iceberg(root, run_id, target, partition)
-    lake, con = _open(root)
+    lake, con = open_ducklake(root)
     try:
         found = read_materializations(con, lake.alias, "run_id", run_id)
         if not found:
-            raise _unknown_run(run_id)
-        found = _filter(found, run_id, target, partition)
+            raise unknown_run(run_id)
+        found = select_materializations(found, run_id, target, partition)
         return ReproduceReport(run_id, [_reproduce_one(con, m, lake.redact) for m in found])
     finally:
         lake.close(con)
@@ -401,8 +404,8 @@ def _reproduce_iceberg(root: Path, run_id: str, target: str | None, partition: s
     records = IcebergRecords.open(root)
     found = records.by_run(run_id)
     if not found:
-        raise _unknown_run(run_id)
-    found = _filter(found, run_id, target, partition)
+        raise unknown_run(run_id)
+    found = select_materializations(found, run_id, target, partition)
     lake = records.lake
     con = lake.connect()
     try:
@@ -503,189 +506,3 @@ def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
     finally:
         con.execute(sqlp.detach_scratch())  # each statement ran on its own (autocommit): nothing is open
     return out
-
-
-# --- restore ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class RestoreResult:
-    """What ``lakewrap restore`` did (or, with ``--dry-run``, would do)."""
-
-    target: str
-    partition: str | None
-    from_snapshot: int
-    from_run: str | None
-    plan: CompiledPlan
-    dry_run: bool
-    result: Any = None  # the executor's Result once run
-    run_id: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.dry_run or (self.result is not None and self.result.status == "success")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "target": self.target, "partition": self.partition,
-                "from_snapshot": self.from_snapshot, "from_run": self.from_run, "dry_run": self.dry_run, "ok": self.ok,
-                "result": self.result.to_dict() if self.result is not None else None,
-                "plan": self.plan.model_dump(mode="json")}
-
-
-def restore(root: Path, model: str, *, partition: str | None = None, to_run: str | None = None,
-            to_snapshot: int | None = None, dry_run: bool = False, run_id: str | None = None) -> RestoreResult:
-    """Put one partition (or a whole unpartitioned table) back as it was after run ``to_run`` (or at
-    snapshot ``to_snapshot``), as a new forward commit with its own state record.
-
-    Raises a :class:`~lakewrap.errors.LakewrapError` with a hint, writing nothing, for an unknown
-    run, model or snapshot, a partition the run did not write, or a failed transaction.
-
-    Example:
-        >>> out = restore(Path("examples/shop"), "sales.orders", partition="2024-01-01",
-        ...               to_run="20240104T000000Z-f97057")  # doctest: +SKIP
-        >>> out.result.rows_deleted, out.result.rows_inserted, out.result.snapshot_id  # doctest: +SKIP
-        (46, 46, 21)
-    """
-    from lakewrap.compile import load_project
-    from lakewrap.partitions import Grain, parse_partition
-    from lakewrap.spec import DynamicPartitioning, TimePartitioning
-
-    root = root.resolve()
-    kind = substrate(root, "restore")
-    if (to_run is None) == (to_snapshot is None):
-        raise PlanError("give exactly one of --to RUN and --to-snapshot N",
-                        hint="`lakewrap history MODEL` lists runs and snapshots")
-    specs = load_project(root, None).select([model])
-    if len(specs) != 1:
-        raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
-    spec = specs[0]
-    target = str(spec.target)
-    if spec.strategy.kind in ("view", "literal"):
-        raise UnsupportedError(f"`{target}` is a {spec.strategy.kind} model: lakewrap restores tables it writes",
-                               hint="restore a table model; re-run a view's model to recreate it")
-    window: Window | None = None
-    key: str | None = None
-    part = spec.partition
-    if isinstance(part, TimePartitioning):
-        if partition is None:
-            raise PlanError(f"`{target}` is partitioned {part.grain.value}: name the partition to restore",
-                            hint="add --partition VALUE; `lakewrap history MODEL` lists the partitions")
-        p = parse_partition(Grain(part.grain), partition, part.tz)
-        w = p.window
-        window = Window(kind="time", value=p.value, start=w.start.isoformat(), end=w.end.isoformat(),
-                        closed="[start, end)")
-        key = part.key
-    elif partition is not None:
-        why = "a dynamic (watermark) partition" if isinstance(part, DynamicPartitioning) else "no partitions"
-        raise PlanError(f"`{target}` has {why}: a restore replaces the whole table",
-                        hint="drop --partition")
-    if kind == "iceberg":
-        from lakewrap.provenance_iceberg import restore_plan
-
-        version = _iceberg_restore_version(root, target, window, to_run, to_snapshot)
-        plan = restore_plan(spec, target, key, version, window)
-    else:
-        version = _ducklake_restore_version(root, spec, target, window, to_run, to_snapshot)
-        schema, name = spec.target.schema_name, spec.target.name
-        statements = sqlp.restore_statements(schema, name, version, key)
-        if window is not None:
-            bounds = {"partition_start": Param(type="TIMESTAMPTZ", value=window.start),
-                      "partition_end": Param(type="TIMESTAMPTZ", value=window.end)}
-            statements = tuple(st.model_copy(update={"params": bounds}) if "$partition_" in st.sql else st
-                               for st in statements)
-        plan = CompiledPlan(
-            model=spec.name, path=spec.path, target=target, strategy="restore", substrate="ducklake",
-            write_path="sql", window=window, idempotent=True,
-            idempotent_note=f"a re-run copies the rows of snapshot {version} again",
-            statements=statements, sql_sha256=CompiledPlan.digest(statements),
-        )
-    out = RestoreResult(target, window.value if window else None, version, to_run, plan, dry_run)
-    if dry_run:
-        return out
-    from lakewrap.runner import new_run_id
-
-    out.run_id = run_id or new_run_id(datetime.now(timezone.utc))
-    provenance = {"restored_from": {"snapshot": version, "run_id": to_run}}
-    if kind == "iceberg":
-        from lakewrap.provenance_iceberg import run_restore
-
-        out.result = run_restore(root, plan, version, provenance, out.run_id)
-    else:
-        out.result = _run_restore(root, plan, provenance, out.run_id)
-    return out
-
-
-def _ducklake_restore_version(root: Path, spec: Any, target: str, window: Window | None, to_run: str | None,
-                              to_snapshot: int | None) -> int:
-    """The DuckLake snapshot a restore copies from; checks the table existed then."""
-    lake, con = _open(root)
-    schema, name = spec.target.schema_name, spec.target.name
-    try:
-        if to_run is not None:
-            found = read_materializations(con, lake.alias, "run_id", to_run)
-            if not found:
-                raise _unknown_run(to_run)
-            found = _filter(found, to_run, target, window.value if window else None)
-            version = found[-1].snapshot_id
-            if version is None:
-                raise StateError(f"the snapshot run {to_run} committed for `{target}` is no longer in the lake",
-                                 hint="it was expired; restore --to-snapshot an existing snapshot")
-        else:
-            assert to_snapshot is not None
-            version = to_snapshot
-            if con.execute(sqlp.snapshot(lake.alias), {"value": version}).fetchone() is None:
-                raise StateError(f"the lake has no snapshot {version}",
-                                 hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
-        try:
-            con.execute(sqlp.probe_at(schema, name, version))
-        except Exception:
-            raise StateError(f"`{target}` did not exist at snapshot {version}",
-                             hint="pick a later run or snapshot (`lakewrap history MODEL`)") from None
-    finally:
-        lake.close(con)
-    return version
-
-
-def _iceberg_restore_version(root: Path, target: str, window: Window | None, to_run: str | None,
-                             to_snapshot: int | None) -> int:
-    """The snapshot of the Iceberg table ``target`` a restore copies from (Iceberg snapshot ids are per table)."""
-    from lakewrap.provenance_iceberg import IcebergRecords, existed_at
-
-    records = IcebergRecords.open(root)
-    if to_run is not None:
-        found = records.by_run(to_run)
-        if not found:
-            raise _unknown_run(to_run)
-        found = _filter(found, to_run, target, window.value if window else None)
-        version = found[-1].snapshot_id
-        assert version is not None
-    else:
-        assert to_snapshot is not None
-        version = to_snapshot
-    if not existed_at(records.lake, target, version):
-        owner = records.owner(version)
-        raise StateError(f"`{target}` has no snapshot {version}"
-                         + (f" (it is a snapshot of {owner[0]})" if owner else " (the lake has no such snapshot)"),
-                         hint=f"`lakewrap history {target}` lists the table's snapshots; it may have been expired")
-    return version
-
-
-def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str) -> Any:
-    from lakewrap.execute.executor import Executor
-    from lakewrap.execute.lake import Lake
-    from lakewrap.runner import RunReport, write_results
-
-    now = datetime.now(timezone.utc)
-    lake = Lake.open(root)
-    folder = lake.root / "target" / "run" / run_id
-    con = lake.connect()
-    try:
-        result = Executor(lake, run_id, folder).materialize(con, plan, provenance=provenance)
-    finally:
-        lake.close(con)
-    write_results(lake.root, folder, RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
-                                               finished_at=datetime.now(timezone.utc).isoformat()))
-    if result.status != "success":
-        raise ExecutionError(f"the restore of `{plan.target}` failed and wrote nothing: {result.error}",
-                             hint=f"the statements it ran are logged under target/run/{run_id}/")
-    return result
