@@ -162,6 +162,26 @@ def test_reproduce_mismatch_when_a_pin_is_altered(history: IceHistory) -> None:
     assert (r["only_in_reproduction"], r["only_in_table"]) == (1, 2)
 
 
+def test_reproduce_mismatch_when_the_recorded_sql_is_tampered(history: IceHistory) -> None:
+    from lakewrap.provenance_record import decode, encode
+
+    root = history.house.root
+    run_id, committed = history.runs[2]
+    res = next(r for r in committed if r.target == "m.full")
+
+    def tamper(props: dict[str, str]) -> None:
+        payload = decode(props["lakewrap.statements"])
+        for st in payload["statements"]:
+            st["sql"] = st["sql"].replace("SUM(amount)", "SUM(amount) + 1")
+        props["lakewrap.statements"] = encode(payload)
+
+    _rewrite_summary(root, "m.full", res.snapshot_id, tamper)
+    report = lakewrap.Project(root).reproduce(run_id, model="m.full")
+    (r,) = report.results
+    assert r.status == "MISMATCH" and r.only_in_reproduction == r.only_in_table == 3  # keys a, b, c
+    assert not report.ok
+
+
 def test_unrecorded_statements_are_said_not_invented(history: IceHistory) -> None:
     """A commit whose summary has no statements (made before lakewrap recorded them): explain says
     so, reproduce reports ERROR, compile --as-of re-renders the current model with the run's pins."""
