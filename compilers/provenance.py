@@ -156,6 +156,11 @@ def at(schema: str, name: str, version: int) -> exp.Table:
     return tbl
 
 
+def probe(source: exp.Table) -> str:
+    """``SELECT * FROM source LIMIT 0``: its columns."""
+    return q.render(q.limit_zero(exp.select(exp.Star(), copy=False).from_(source, copy=False)))
+
+
 def probe_at(schema: str, name: str, version: int) -> str:
     """``SELECT * FROM t AT (VERSION => n) LIMIT 0``: fails when the table did not exist then; gives its columns."""
     return q.render(q.limit_zero(exp.select(exp.Star(), copy=False).from_(at(schema, name, version), copy=False)))
@@ -269,3 +274,63 @@ def compiled_statements() -> str:
     return q.render(exp.select(q.col("statements"), copy=False).from_(q.table("lakewrap", "compiled_sql"), copy=False)
                     .where(exp.EQ(this=q.col("sql_sha256"), expression=q.param("sql_sha256")), copy=False)
                     .limit(exp.Literal.number(1), copy=False))
+
+
+# --- Iceberg: a commit replayed in the scratch session, and a restore ------------------------------
+# A reproduction applies the commit operation the executor handed to pyiceberg to a temporary copy:
+# the base rows the delete filter keeps, then the appended rows (``docs/provenance.md``, Iceberg).
+
+REPRO = "__lakewrap_reproduced"
+# The rows of the snapshot a restore puts back, registered as an Arrow table in the scratch session.
+RESTORE_SOURCE = "__lakewrap_restore_source"
+
+
+def repro_table() -> exp.Table:
+    return q.table(None, REPRO)
+
+
+def empty_like(name: str, source: exp.Table) -> str:
+    """``CREATE OR REPLACE TEMPORARY TABLE name AS SELECT * FROM source LIMIT 0`` (its columns and types)."""
+    select = q.limit_zero(exp.select(exp.Star(), copy=False).from_(source, copy=False))
+    return q.render(exp.Create(this=q.table(None, name), kind="TABLE", replace=True,
+                               properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=select))
+
+
+def kept_rows(into: str, schema: str, name: str, delete_where: str | None) -> str:
+    """``INSERT INTO into BY NAME SELECT * FROM source [WHERE NOT COALESCE((delete_where), FALSE)]``:
+    the rows an Iceberg overwrite with that filter keeps (a row the filter is NULL for is kept)."""
+    select = exp.select(exp.Star(), copy=False).from_(q.table(schema, name), copy=False)
+    if delete_where is not None:
+        import sqlglot
+
+        condition = sqlglot.condition(delete_where, dialect="duckdb")
+        cond = exp.func("coalesce", exp.paren(condition, copy=False), exp.false())
+        select = select.where(exp.Not(this=cond), copy=False)
+    return q.render(exp.Insert(this=q.table(None, into), by_name=True, expression=select))
+
+
+def appended_rows(into: str, rows: str) -> str:
+    """``INSERT INTO into BY NAME <rows>``: the rows the commit appended (``rows`` is the commit's SELECT)."""
+    return q.render(exp.Insert(this=q.table(None, into), by_name=True, expression=parse(rows)))
+
+
+def iceberg_restore(key: str | None, version: int, target: str) -> tuple[tuple[CompiledStatement, ...], str, str]:
+    """An Iceberg restore: the stage statement, the commit's delete filter and its rows' SELECT.
+
+    The rows of snapshot ``version`` are registered as :data:`RESTORE_SOURCE`; with ``key`` only
+    those in ``[$partition_start, $partition_end)`` are staged, and the overwrite's filter is the
+    same window (else every row: ``TRUE``).
+    """
+    source = exp.select(exp.Star(), copy=False).from_(q.table(None, RESTORE_SOURCE), copy=False)
+    cond: exp.Expr = exp.true()
+    if key is not None:
+        cond = exp.and_(exp.GTE(this=q.col(key), expression=window_bound("partition_start")),
+                        exp.LT(this=q.col(key), expression=window_bound("partition_end")), copy=False)
+        source = source.where(cond.copy(), copy=False)
+    stage = exp.Create(this=q.table(None, STAGE), kind="TABLE", replace=True,
+                       properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=source)
+    what = "the partition's rows" if key else "every row"
+    note = f"{what} of {target} as of snapshot {version} ({RESTORE_SOURCE}: pyiceberg scan(snapshot_id={version}))"
+    statements = (CompiledStatement(role="stage", sql=q.render(stage), note=note),)
+    rows = q.render(exp.select(exp.Star(), copy=False).from_(q.table(None, STAGE), copy=False))
+    return statements, q.render(cond), rows

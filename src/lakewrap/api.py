@@ -41,7 +41,8 @@ from lakewrap.spec import (
 )
 
 if TYPE_CHECKING:
-    from lakewrap.provenance import Materialization, ReproduceReport, RestoreResult
+    from lakewrap.provenance import Materialization, ReproduceReport
+    from lakewrap.provenance_restore import RestoreResult
 
 INPUT = "__lakewrap_input"
 
@@ -56,7 +57,7 @@ class Project:
                 now: datetime | None = None, as_of: str | None = None) -> list[CompiledPlan]:
         """The compiled plans of the selected models (see ``lakewrap compile``).
 
-        ``as_of`` (DuckLake; a run id or snapshot id) pins every upstream read to what that run read.
+        ``as_of`` (a run id or snapshot id) pins every upstream read to what that run read.
         """
         from lakewrap.compile import compile_project
 
@@ -142,7 +143,7 @@ class Project:
 
         return history(self.root, model)
 
-    # Provenance (DuckLake): lakewrap.provenance, docs/provenance.md
+    # Provenance (DuckLake and Iceberg): lakewrap.provenance, docs/provenance.md
 
     def explain(self, snapshot_or_run: str | int) -> list[Materialization]:
         """What produced a snapshot, or what a run materialized (``lakewrap explain``)."""
@@ -160,7 +161,7 @@ class Project:
     def restore(self, model: str, *, partition: str | None = None, to_run: str | None = None,
                 to_snapshot: int | None = None, dry_run: bool = False) -> RestoreResult:
         """Put a partition (or table) back as of a run or snapshot, as a new commit (``lakewrap restore``)."""
-        from lakewrap.provenance import restore
+        from lakewrap.provenance_restore import restore
 
         return restore(self.root, model, partition=partition, to_run=to_run, to_snapshot=to_snapshot,
                        dry_run=dry_run)

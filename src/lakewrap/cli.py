@@ -124,7 +124,7 @@ def main(debug: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["sql", "json"]), default="sql", show_default=True)
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write target/cache/.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
-@click.option("--as-of", "as_of", help="DuckLake: pin every upstream read to what this run read (or a snapshot id).")
+@click.option("--as-of", "as_of", help="Pin every upstream read to what this run read (or a snapshot id).")
 @project_option
 @handled
 def compile_cmd(

@@ -22,6 +22,7 @@ project_option = click.option("--project", "project", type=click.Path(file_okay=
 
 
 def _explain_text(items: list[Any]) -> str:
+    from lakewrap.compilers.artifacts import CommitOp
     from lakewrap.output import RULE
 
     lines: list[str] = []
@@ -36,17 +37,30 @@ def _explain_text(items: list[Any]) -> str:
                   f"-- committed:  {m.committed_at}",
                   f"-- message:    {m.commit_message or ''}",
                   f"-- sql_sha256: {m.sql_sha256}"]
+        if "base_snapshot" in m.extra_info:  # Iceberg: the target's snapshot the transaction started from
+            lines.append(f"-- base:       {m.extra_info['base_snapshot'] or '(none: the table was new)'}")
+        if m.extra_info.get("restored_from"):
+            lines.append(f"-- restored:   {json.dumps(m.extra_info['restored_from'], sort_keys=True)}")
         params = m.params
         if params:
             lines.append("-- params:     " + ", ".join(f"${k} = {v.type} '{v.value}'" for k, v in params.items()))
         lines += [RULE, "BEGIN TRANSACTION;", ""]
         if not m.statements:
-            lines.append("-- (the statements of this sql_sha256 are not in lakewrap.compiled_sql)")
+            lines.append(f"-- (not recorded: {m.extra_info['statements_omitted']})" if m.extra_info.get(
+                "statements_omitted") else "-- (the statements of this sql_sha256 are not in the lake's records)")
         for i, st in enumerate(m.statements, 1):
             lines.append(f"-- [{i}] {st.get('role')}" + (f": {st['note']}" if st.get("note") else ""))
             lines.append(str(st["sql"]).rstrip().rstrip(";") + ";")
             lines.append("")
-        lines += ["COMMIT;", ""]
+        commits = m.extra_info.get("commits") or []
+        for i, op in enumerate(commits, len(m.statements) + 1):  # Iceberg: pyiceberg operations, as comments
+            commit = CommitOp.model_validate(op)
+            lines += [f"-- [{i}] commit" + (f": {commit.note}" if commit.note else ""), f"--   {commit.line()}", ""]
+        if commits:
+            lines += [f"-- committed by pyiceberg as {m.extra_info.get('operation')}; the DuckDB statements only "
+                      "staged rows", "ROLLBACK;", ""]
+        else:
+            lines += ["COMMIT;", ""]
     return "\n".join(lines)
 
 
@@ -120,7 +134,7 @@ def restore_cmd(model: str, partition: str | None, to_run: str | None, to_snapsh
     naming the snapshot and run restored) and commit message; other partitions are untouched.
     """
     from lakewrap.output import plan_sql
-    from lakewrap.provenance import restore
+    from lakewrap.provenance_restore import restore
 
     out = restore(project, model, partition=partition, to_run=to_run, to_snapshot=to_snapshot, dry_run=dry_run)
     if fmt == "json":
@@ -145,8 +159,14 @@ def emit_as_of(plans: list[Any], warnings: list[str], fmt: str, as_of: str) -> N
     if fmt == "json":
         sys.stdout.write(plans_json(plans))
         return
-    head = f"-- as of {'snapshot' if as_of.strip().isdigit() else 'run'} {as_of.strip()}: every upstream read is " \
-           "pinned with AT (VERSION => n)\n"
+    what = f"-- as of {'snapshot' if as_of.strip().lstrip('-').isdigit() else 'run'} {as_of.strip()}: "
+    if plans and plans[0].substrate == "iceberg":
+        head = what + "every upstream is a view at its pinned snapshot (the setup statements)\n"
+        for p in plans:
+            head += "".join(f"-- pin: {st.note}\n" for st in p.statements if st.role == "setup"
+                            and (st.note or "").startswith("pinned upstream"))
+    else:
+        head = what + "every upstream read is pinned with AT (VERSION => n)\n"
     sys.stdout.write(head + plans_sql(plans))
 
 

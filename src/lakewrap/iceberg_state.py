@@ -54,6 +54,8 @@ def materializations(table: Any) -> list[dict[str, Any]]:
             "pins": json.loads(props["pins"]) if props.get("pins") else {},
             "model": props.get("model"),
             "timestamp_ms": last.timestamp_ms,
+            # for lakewrap.provenance_iceberg: every lakewrap.* key, and the commit's snapshots
+            "props": props, "snapshots": [(s.snapshot_id, s.summary.operation.value) for s in snaps],
         })
     out.sort(key=lambda m: m["timestamp_ms"])
     return out

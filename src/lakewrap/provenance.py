@@ -1,10 +1,13 @@
-"""Provenance on a DuckLake: ``explain``, ``reproduce``, ``restore`` and ``compile --as-of``.
+"""Provenance: ``explain``, ``reproduce`` and ``compile --as-of`` (``restore``:
+:mod:`lakewrap.provenance_restore`).
 
 Everything is read from the lake's own records, committed in the same transaction as the data
-(``docs/running.md``): ``lakewrap.materializations`` (run, model, partition, strategy, pins),
-``lakewrap.compiled_sql`` (the statements, by ``sql_sha256``) and each snapshot's commit message
-and ``extra_info`` (which also holds the values bound to the statements' parameters). The SQL comes
-from :mod:`lakewrap.compilers.provenance`; this module only runs it. See ``docs/provenance.md``.
+(``docs/running.md``). DuckLake: ``lakewrap.materializations`` (run, model, partition, strategy,
+pins), ``lakewrap.compiled_sql`` (the statements, by ``sql_sha256``) and each snapshot's commit
+message and ``extra_info`` (which also holds the values bound to the statements' parameters).
+Iceberg: each commit's snapshot summary, read by :mod:`lakewrap.provenance_iceberg`, the substrate
+half behind :func:`substrate`. The SQL comes from :mod:`lakewrap.compilers.provenance`; this module
+only runs it. See ``docs/provenance.md``.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from lakewrap.compilers import provenance as sqlp
-from lakewrap.compilers.artifacts import CompiledPlan, Window
-from lakewrap.errors import ExecutionError, PlanError, StateError, UnsupportedError
+from lakewrap.compilers.artifacts import CompiledPlan
+from lakewrap.errors import PlanError, StateError, UnsupportedError
 from lakewrap.plan import Param
 
 # The type of each parameter a plan can bind (recorded values are text).
@@ -29,17 +33,20 @@ PARAM_TYPES: dict[str, Literal["TIMESTAMPTZ", "VARCHAR"]] = {
 COMMANDS = "explain, reproduce, restore and compile --as-of"
 
 
-def refuse_iceberg(root: Path, command: str) -> None:
-    """Provenance commands are built for DuckLake only: a clear refusal on an Iceberg lake."""
+def substrate(root: Path, command: str) -> Literal["ducklake", "iceberg"]:
+    """The lake's substrate: ``ducklake`` (records in lakewrap's tables) or ``iceberg`` (records in
+    snapshot summaries, :mod:`lakewrap.provenance_iceberg`); anything else is refused."""
     from lakewrap.config import load_config
 
-    substrate = load_config(root).lake.substrate
-    if substrate != "ducklake":
-        raise UnsupportedError(
-            f"`lakewrap {command}` is implemented for DuckLake lakes only; this project's lake is {substrate}",
-            hint=f"{COMMANDS} read DuckLake snapshots; on Iceberg, `lakewrap history MODEL` lists each "
-            "materialization's snapshot and `lakewrap query --as-of RUN` reads the lake as it stood after a run",
-        )
+    cfg = load_config(root).lake
+    if cfg.substrate == "iceberg" and cfg.write_path != "sql":
+        return "iceberg"
+    if cfg.substrate == "ducklake":
+        return "ducklake"
+    raise UnsupportedError(  # pragma: no cover - no other substrate or write path runs yet
+        f"`lakewrap {command}` is implemented for DuckLake and Iceberg (write path pyiceberg) lakes only",
+        hint=f"{COMMANDS} read the records lakewrap's own commits carry",
+    )
 
 
 @dataclass
@@ -125,14 +132,14 @@ def read_materializations(con: Any, alias: str, by: Literal["run_id", "snapshot_
     return out
 
 
-def _open(root: Path) -> tuple[Any, Any]:
+def open_ducklake(root: Path) -> tuple[Any, Any]:
     from lakewrap.execute.lake import Lake
 
     lake = Lake.open(root, read_only=True)
     return lake, lake.connect()
 
 
-def _unknown_run(run_id: str) -> StateError:
+def unknown_run(run_id: str) -> StateError:
     return StateError(f"no materialization of run `{run_id}` is recorded in this lake",
                       hint="`lakewrap history MODEL` lists the runs that materialized a model; a run that failed "
                       "or changed nothing committed none")
@@ -154,7 +161,28 @@ def _by_run_or_snapshot(con: Any, alias: str, what: str) -> list[Materialization
                          "snapshots lakewrap committed")
     found = read_materializations(con, alias, "run_id", text)
     if not found:
-        raise _unknown_run(text)
+        raise unknown_run(text)
+    return found
+
+
+def _iceberg_by_run_or_snapshot(records: Any, what: str) -> list[Materialization]:
+    text = what.strip()
+    if text.lstrip("-").isdigit():
+        found: list[Materialization] = records.by_snapshot(int(text))
+        if found:
+            return found
+        owner = records.owner(int(text))
+        if owner is None:
+            raise StateError(f"the lake has no snapshot {text}",
+                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+        name, snap = owner
+        raise StateError(f"snapshot {text} of {name} was not committed by a lakewrap materialization (operation "
+                         f"{snap.summary.operation.value if snap.summary else '?'}, no lakewrap.run_id in its summary)",
+                         hint="seeds and plain pyiceberg writes commit snapshots too; `lakewrap history MODEL` lists "
+                         "the snapshots lakewrap committed")
+    found = records.by_run(text)
+    if not found:
+        raise unknown_run(text)
     return found
 
 
@@ -167,8 +195,11 @@ def explain(root: Path, what: str) -> list[Materialization]:
         ('sales.orders', '2024-01-01', {'snapshot': 17}, 'CREATE OR REPLACE TEMPORARY TABLE "__lak')
     """
     root = root.resolve()
-    refuse_iceberg(root, "explain")
-    lake, con = _open(root)
+    if substrate(root, "explain") == "iceberg":
+        from lakewrap.provenance_iceberg import IcebergRecords
+
+        return _iceberg_by_run_or_snapshot(IcebergRecords.open(root), what)
+    lake, con = open_ducklake(root)
     try:
         return _by_run_or_snapshot(con, lake.alias, what)
     finally:
@@ -200,9 +231,11 @@ def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition
     from lakewrap.compile import compile_project
 
     root = root.resolve()
-    refuse_iceberg(root, "compile --as-of")
+    kind = substrate(root, "compile --as-of")
     plans = compile_project(root, selectors, exclude=exclude, partition=partition, now=now, use_cache=use_cache)
-    lake, con = _open(root)
+    if kind == "iceberg":
+        return _iceberg_as_of(root, plans, as_of.strip())
+    lake, con = open_ducklake(root)
     try:
         if as_of.strip().isdigit():
             version = int(as_of.strip())
@@ -213,8 +246,16 @@ def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition
         recorded = read_materializations(con, lake.alias, "run_id", as_of.strip())
     finally:
         lake.close(con)
+    matched, warnings = _match_run(plans, recorded, as_of)
+    return [pinned_plan(plan, m.pin, m.params) for plan, m in matched], warnings
+
+
+def _match_run(plans: list[CompiledPlan], recorded: list[Materialization],
+               as_of: str) -> tuple[list[tuple[CompiledPlan, Materialization]], list[str]]:
+    """Each plan with the materialization of run ``as_of`` it re-renders, and a warning per model
+    whose SQL changed since."""
     if not recorded:
-        raise _unknown_run(as_of)
+        raise unknown_run(as_of)
     out, warnings = [], []
     for plan in plans:
         value = plan.window.value if plan.window is not None and plan.window.kind == "time" else None
@@ -229,8 +270,35 @@ def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition
             warnings.append(f"{plan.target}: the model's SQL changed since run {as_of} (sql_sha256 "
                             f"{m.sql_sha256[:12]} then, {plan.sql_sha256[:12]} now); `lakewrap explain {as_of}` "
                             "shows the statements it executed")
-        out.append(pinned_plan(plan, m.pin, m.params))
+        out.append((plan, m))
     return out, warnings
+
+
+def _iceberg_as_of(root: Path, plans: list[CompiledPlan], as_of: str) -> tuple[list[CompiledPlan], list[str]]:
+    from lakewrap.iceberg_run import reads_of
+    from lakewrap.provenance_iceberg import IcebergRecords, as_of_pins
+    from lakewrap.provenance_iceberg import pinned_plan as ice_pinned
+
+    records = IcebergRecords.open(root)
+    lake = records.lake
+    if as_of.lstrip("-").isdigit():
+        if not records.has_snapshot(int(as_of)):
+            raise StateError(f"the lake has no snapshot {as_of}",
+                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+        specs = {str(s.target): s for s in _project_specs(root)}
+        out = []
+        for plan in plans:
+            spec = specs[plan.target]
+            out.append(ice_pinned(lake, plan, as_of_pins(lake, list(reads_of(spec)), int(as_of))))
+        return out, []
+    matched, warnings = _match_run(plans, records.by_run(as_of), as_of)
+    return [ice_pinned(lake, plan, m.pins, m.params) for plan, m in matched], warnings
+
+
+def _project_specs(root: Path) -> list[Any]:
+    from lakewrap.compile import load_project
+
+    return list(load_project(root, None).select([]))
 
 
 # --- reproduce --------------------------------------------------------------------------------------
@@ -281,7 +349,7 @@ def _target_of(root: Path, model: str) -> str:
     return str(specs[0].target)
 
 
-def _filter(found: list[Materialization], run_id: str, target: str | None,
+def select_materializations(found: list[Materialization], run_id: str, target: str | None,
             partition: str | None) -> list[Materialization]:
     if target is not None:
         mine = [m for m in found if m.target == target]
@@ -315,37 +383,108 @@ def reproduce(root: Path, run_id: str, *, model: str | None = None, partition: s
         (True, {'MATCH', 'SKIPPED'})
     """
     root = root.resolve()
-    refuse_iceberg(root, "reproduce")
+    kind = substrate(root, "reproduce")
     target = _target_of(root, model) if model is not None else None
-    lake, con = _open(root)
+    if kind == "iceberg":
+        return _reproduce_iceberg(root, run_id, target, partition)
+    lake, con = open_ducklake(root)
     try:
         found = read_materializations(con, lake.alias, "run_id", run_id)
         if not found:
-            raise _unknown_run(run_id)
-        found = _filter(found, run_id, target, partition)
+            raise unknown_run(run_id)
+        found = select_materializations(found, run_id, target, partition)
         return ReproduceReport(run_id, [_reproduce_one(con, m, lake.redact) for m in found])
     finally:
         lake.close(con)
 
 
-def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
-    from lakewrap.sqltext import parameters
+def _reproduce_iceberg(root: Path, run_id: str, target: str | None, partition: str | None) -> ReproduceReport:
+    from lakewrap.provenance_iceberg import IcebergRecords, reproduce_one
 
-    out = Reproduction(m.run_id, m.target, m.partition, m.strategy, m.snapshot_id, m.pins.get("snapshot"),
-                       status="ERROR")
+    records = IcebergRecords.open(root)
+    found = records.by_run(run_id)
+    if not found:
+        raise unknown_run(run_id)
+    found = select_materializations(found, run_id, target, partition)
+    lake = records.lake
+    con = lake.connect()
+    try:
+        results = []
+        for m in found:
+            out = _reproduction(m, None)
+            if out.status == "ERROR":
+                _guarded(out, lake.redact, partial(reproduce_one, lake, con, m, out))
+            results.append(out)
+        return ReproduceReport(run_id, results)
+    finally:
+        lake.close(con)
+
+
+def _reproduction(m: Materialization, pin: int | None) -> Reproduction:
+    """A reproduction not yet run: ``ERROR`` until compared, ``SKIPPED`` for views and literal models."""
+    out = Reproduction(m.run_id, m.target, m.partition, m.strategy, m.snapshot_id, pin, status="ERROR")
     if m.strategy in ("view", "literal"):
         out.status = "SKIPPED"
         out.detail = ("a view holds no rows: `lakewrap explain` shows its SQL" if m.strategy == "view" else
                       "a literal model's statements may write any table: lakewrap cannot tell which to compare")
+    return out
+
+
+def _guarded(out: Reproduction, redact: Any, run: Any) -> None:
+    """Run one reproduction; a failure is reported with the materialization (status ``ERROR``)."""
+    try:
+        run()
+    except StateError as exc:
+        out.detail = exc.render()
+    except Exception as exc:  # a DuckDB error while re-executing: report it with the materialization
+        out.detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
+def bound(text: str, params: dict[str, Param]) -> tuple[Any, ...]:
+    """``(text,)`` or ``(text, values)``: the arguments of ``execute()`` with the recorded values of
+    the parameters ``text`` uses; a parameter whose value was not recorded is a :class:`StateError`."""
+    from lakewrap.sqltext import parameters
+
+    used = parameters(sqlp.parse(text)) if "$" in text else set()
+    missing = sorted(used - params.keys())
+    if missing:
+        raise StateError(f"the value of ${missing[0]} this materialization bound is not recorded",
+                         hint="it was committed before lakewrap recorded parameter values; it cannot be reproduced")
+    return (text, {k: params[k].python() for k in sorted(used)}) if used else (text,)
+
+
+def compare(con: Any, mine: Any, table: Any, out: Reproduction) -> None:
+    """Compare the reproduction ``mine`` with ``table`` (sqlglot table expressions) as multisets of
+    rows and by an order-independent digest; sets ``out``'s counts, digests and status."""
+    columns = tuple(d[0] for d in con.execute(sqlp.probe(table.copy())).description)
+    reproduced = tuple(d[0] for d in con.execute(sqlp.probe(mine.copy())).description)
+    if set(c.lower() for c in reproduced) != set(c.lower() for c in columns):
+        out.status = "MISMATCH"
+        out.detail = f"columns differ: reproduced {list(reproduced)}, table {list(columns)}"
+        return
+    out.only_in_reproduction = int(con.execute(sqlp.only_in(mine.copy(), table.copy(), columns)).fetchone()[0])
+    out.only_in_table = int(con.execute(sqlp.only_in(table.copy(), mine.copy(), columns)).fetchone()[0])
+    n, h = con.execute(sqlp.content_digest(mine.copy(), columns)).fetchone()
+    out.rows_reproduced, out.digest_reproduced = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
+    n, h = con.execute(sqlp.content_digest(table.copy(), columns)).fetchone()
+    out.rows_in_table, out.digest_table = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
+    same = out.only_in_reproduction == out.only_in_table == 0 and out.digest_reproduced == out.digest_table
+    out.status = "MATCH" if same else "MISMATCH"
+
+
+def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
+    out = _reproduction(m, m.pins.get("snapshot"))
+    if out.status == "SKIPPED":
         return out
     if m.snapshot_id is None or not m.statements:
         out.detail = "its snapshot or its statements are no longer in the lake (expired or deleted)"
         return out
     schema, name = m.schema_name
-    pin = m.pin
-    params = m.params
+    snapshot_id = m.snapshot_id
     con.execute(sqlp.attach_scratch())
-    try:
+
+    def run() -> None:
+        pin = m.pin
         con.execute(sqlp.scratch_schema(schema))
         try:
             con.execute(sqlp.probe_at(schema, name, pin))
@@ -358,177 +497,12 @@ def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
             if st.get("role") == "test":
                 continue
             text = sqlp.scratch_statement(st["sql"], pin, (schema, name))
-            if text is None:
-                continue
-            used = parameters(sqlp.parse(text)) if "$" in text else set()
-            missing = sorted(used - params.keys())
-            if missing:
-                raise StateError(f"the value of ${missing[0]} this materialization bound is not recorded",
-                                 hint="it was committed before lakewrap recorded parameter values; it cannot be "
-                                 "reproduced")
-            con.execute(text, {k: params[k].python() for k in sorted(used)} or None)
-        cursor = con.execute(sqlp.probe_at(schema, name, m.snapshot_id))
-        columns = tuple(d[0] for d in cursor.description)
-        mine = sqlp.scratch_table(schema, name)
-        reproduced = tuple(d[0] for d in con.execute(sqlp.probe_scratch(schema, name)).description)
-        if set(c.lower() for c in reproduced) != set(c.lower() for c in columns):
-            out.status = "MISMATCH"
-            out.detail = f"columns differ: reproduced {list(reproduced)}, table {list(columns)}"
-            return out
-        table = sqlp.at(schema, name, m.snapshot_id)
-        out.only_in_reproduction = int(con.execute(sqlp.only_in(mine.copy(), table.copy(), columns)).fetchone()[0])
-        out.only_in_table = int(con.execute(sqlp.only_in(table.copy(), mine.copy(), columns)).fetchone()[0])
-        n, h = con.execute(sqlp.content_digest(mine.copy(), columns)).fetchone()
-        out.rows_reproduced, out.digest_reproduced = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
-        n, h = con.execute(sqlp.content_digest(table.copy(), columns)).fetchone()
-        out.rows_in_table, out.digest_table = int(n), f"{int(n)}:{int(h) % 2**128:032x}"
-        same = out.only_in_reproduction == out.only_in_table == 0 and out.digest_reproduced == out.digest_table
-        out.status = "MATCH" if same else "MISMATCH"
-    except StateError as exc:
-        out.detail = exc.render()
-    except Exception as exc:  # a DuckDB error while re-executing: report it with the materialization
-        out.detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            if text is not None:
+                con.execute(*bound(text, m.params))
+        compare(con, sqlp.scratch_table(schema, name), sqlp.at(schema, name, snapshot_id), out)
+
+    try:
+        _guarded(out, redact, run)
     finally:
         con.execute(sqlp.detach_scratch())  # each statement ran on its own (autocommit): nothing is open
     return out
-
-
-# --- restore ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class RestoreResult:
-    """What ``lakewrap restore`` did (or, with ``--dry-run``, would do)."""
-
-    target: str
-    partition: str | None
-    from_snapshot: int
-    from_run: str | None
-    plan: CompiledPlan
-    dry_run: bool
-    result: Any = None  # the executor's Result once run
-    run_id: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.dry_run or (self.result is not None and self.result.status == "success")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "target": self.target, "partition": self.partition,
-                "from_snapshot": self.from_snapshot, "from_run": self.from_run, "dry_run": self.dry_run, "ok": self.ok,
-                "result": self.result.to_dict() if self.result is not None else None,
-                "plan": self.plan.model_dump(mode="json")}
-
-
-def restore(root: Path, model: str, *, partition: str | None = None, to_run: str | None = None,
-            to_snapshot: int | None = None, dry_run: bool = False, run_id: str | None = None) -> RestoreResult:
-    """Put one partition (or a whole unpartitioned table) back as it was after run ``to_run`` (or at
-    snapshot ``to_snapshot``), as a new forward commit with its own state record.
-
-    Raises a :class:`~lakewrap.errors.LakewrapError` with a hint, writing nothing, for an unknown
-    run, model or snapshot, a partition the run did not write, or a failed transaction.
-
-    Example:
-        >>> out = restore(Path("examples/shop"), "sales.orders", partition="2024-01-01",
-        ...               to_run="20240104T000000Z-f97057")  # doctest: +SKIP
-        >>> out.result.rows_deleted, out.result.rows_inserted, out.result.snapshot_id  # doctest: +SKIP
-        (46, 46, 21)
-    """
-    from lakewrap.compile import load_project
-    from lakewrap.partitions import Grain, parse_partition
-    from lakewrap.spec import DynamicPartitioning, TimePartitioning
-
-    root = root.resolve()
-    refuse_iceberg(root, "restore")
-    if (to_run is None) == (to_snapshot is None):
-        raise PlanError("give exactly one of --to RUN and --to-snapshot N",
-                        hint="`lakewrap history MODEL` lists runs and snapshots")
-    specs = load_project(root, None).select([model])
-    if len(specs) != 1:
-        raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
-    spec = specs[0]
-    target = str(spec.target)
-    if spec.strategy.kind in ("view", "literal"):
-        raise UnsupportedError(f"`{target}` is a {spec.strategy.kind} model: lakewrap restores tables it writes",
-                               hint="restore a table model; re-run a view's model to recreate it")
-    window: Window | None = None
-    key: str | None = None
-    part = spec.partition
-    if isinstance(part, TimePartitioning):
-        if partition is None:
-            raise PlanError(f"`{target}` is partitioned {part.grain.value}: name the partition to restore",
-                            hint="add --partition VALUE; `lakewrap history MODEL` lists the partitions")
-        p = parse_partition(Grain(part.grain), partition, part.tz)
-        w = p.window
-        window = Window(kind="time", value=p.value, start=w.start.isoformat(), end=w.end.isoformat(),
-                        closed="[start, end)")
-        key = part.key
-    elif partition is not None:
-        why = "a dynamic (watermark) partition" if isinstance(part, DynamicPartitioning) else "no partitions"
-        raise PlanError(f"`{target}` has {why}: a restore replaces the whole table",
-                        hint="drop --partition")
-    lake, con = _open(root)
-    schema, name = spec.target.schema_name, spec.target.name
-    try:
-        if to_run is not None:
-            found = read_materializations(con, lake.alias, "run_id", to_run)
-            if not found:
-                raise _unknown_run(to_run)
-            found = _filter(found, to_run, target, window.value if window else None)
-            version = found[-1].snapshot_id
-            if version is None:
-                raise StateError(f"the snapshot run {to_run} committed for `{target}` is no longer in the lake",
-                                 hint="it was expired; restore --to-snapshot an existing snapshot")
-        else:
-            assert to_snapshot is not None
-            version = to_snapshot
-            if con.execute(sqlp.snapshot(lake.alias), {"value": version}).fetchone() is None:
-                raise StateError(f"the lake has no snapshot {version}",
-                                 hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
-        try:
-            con.execute(sqlp.probe_at(schema, name, version))
-        except Exception:
-            raise StateError(f"`{target}` did not exist at snapshot {version}",
-                             hint="pick a later run or snapshot (`lakewrap history MODEL`)") from None
-    finally:
-        lake.close(con)
-    statements = sqlp.restore_statements(schema, name, version, key)
-    if window is not None:
-        bounds = {"partition_start": Param(type="TIMESTAMPTZ", value=window.start),
-                  "partition_end": Param(type="TIMESTAMPTZ", value=window.end)}
-        statements = tuple(st.model_copy(update={"params": bounds}) if "$partition_" in st.sql else st
-                           for st in statements)
-    plan = CompiledPlan(
-        model=spec.name, path=spec.path, target=target, strategy="restore", substrate="ducklake", write_path="sql",
-        window=window, idempotent=True, idempotent_note=f"a re-run copies the rows of snapshot {version} again",
-        statements=statements, sql_sha256=CompiledPlan.digest(statements),
-    )
-    out = RestoreResult(target, window.value if window else None, version, to_run, plan, dry_run)
-    if dry_run:
-        return out
-    from lakewrap.runner import new_run_id
-
-    out.run_id = run_id or new_run_id(datetime.now(timezone.utc))
-    out.result = _run_restore(root, plan, {"restored_from": {"snapshot": version, "run_id": to_run}}, out.run_id)
-    return out
-
-
-def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str) -> Any:
-    from lakewrap.execute.executor import Executor
-    from lakewrap.execute.lake import Lake
-    from lakewrap.runner import RunReport, write_results
-
-    now = datetime.now(timezone.utc)
-    lake = Lake.open(root)
-    folder = lake.root / "target" / "run" / run_id
-    con = lake.connect()
-    try:
-        result = Executor(lake, run_id, folder).materialize(con, plan, provenance=provenance)
-    finally:
-        lake.close(con)
-    write_results(lake.root, folder, RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
-                                               finished_at=datetime.now(timezone.utc).isoformat()))
-    if result.status != "success":
-        raise ExecutionError(f"the restore of `{plan.target}` failed and wrote nothing: {result.error}",
-                             hint=f"the statements it ran are logged under target/run/{run_id}/")
-    return result

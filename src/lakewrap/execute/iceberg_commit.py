@@ -40,6 +40,7 @@ from lakewrap.execute.executor import Result, StrictRefusal
 from lakewrap.execute.iceberg import SERIALIZABLE, IcebergLake, Pinned
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import RetryPolicy
+from lakewrap.provenance_record import record
 
 PREFIX = "lakewrap."
 
@@ -63,11 +64,13 @@ class IcebergExecutor:
     before_commit: Callable[[Any], None] | None = None
 
     def materialize(self, con: Any, compiled: CompiledPlan, *, reads: tuple[str, ...] = (),
-                    drop_first: bool = False, inputs: dict[str, Any] | None = None) -> Result:
+                    drop_first: bool = False, inputs: dict[str, Any] | None = None,
+                    provenance: dict[str, Any] | None = None) -> Result:
         """Execute ``compiled``; a failure is returned as a ``failed`` :class:`Result`, nothing written.
 
         ``reads`` are the tables the model reads (``schema.name``); ``inputs`` are Arrow tables (or
-        anything DuckDB scans) registered under their names for the plan's SQL.
+        anything DuckDB scans) registered under their names for the plan's SQL; ``provenance`` is
+        added to the snapshot summary as JSON (a restore names the run and snapshot it restored).
         """
         started = time.perf_counter()
         window = compiled.window
@@ -83,7 +86,8 @@ class IcebergExecutor:
                 result.rows_inserted = result.rows_updated = result.rows_deleted = 0
                 result.warnings.clear()
                 try:
-                    self._attempt(con, compiled, reads, result, log, attempt, inputs or {}, drop_first)
+                    self._attempt(con, compiled, reads, result, log, attempt, inputs or {}, drop_first,
+                                  provenance or {})
                     break
                 except Exception as exc:
                     if not retryable(exc) or attempt == self.policy.attempts:
@@ -107,7 +111,8 @@ class IcebergExecutor:
     # --- one attempt ----------------------------------------------------------------------------
 
     def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
-                 log: StatementLog, attempt: int, inputs: dict[str, Any], refresh: bool) -> None:
+                 log: StatementLog, attempt: int, inputs: dict[str, Any], refresh: bool,
+                 provenance: dict[str, Any]) -> None:
         (op,) = compiled.commits
         result.tests.clear()
         started_at = datetime.now(timezone.utc)
@@ -172,6 +177,7 @@ class IcebergExecutor:
             "tests": json.dumps([{k: t[k] for k in ("name", "line", "severity", "status", "failures")}
                                  for t in result.tests]) if result.tests else "",
         }
+        props.update(record(compiled, provenance))  # params, statements (lakewrap.provenance_iceberg)
         summary = {PREFIX + k: v for k, v in props.items()}
         self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh, changes)
         if rewritten is not None:  # the read-back counted every row of the table as replaced
