@@ -60,8 +60,8 @@ def inspector() -> Iterator[Inspector]:
         ins.close()
 
 
-def make_lake(root: Path, text: str, rows: list[dict[str, Any]]) -> Lakehouse:
-    lake = Lakehouse(root, {MODEL: text})
+def make_lake(root: Path, text: str, rows: list[dict[str, Any]], kind: type[Lakehouse] = Lakehouse) -> Lakehouse:
+    lake = kind(root, {MODEL: text})
     (root / "tests").mkdir(exist_ok=True)
     (root / "tests" / "big_amounts.sql").write_text(
         "SELECT order_id, amount FROM sales.orders\n"

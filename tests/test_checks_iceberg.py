@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+import test_checks_exec as checks_exec
 from icehouse import IcebergLakehouse
 from lakehouse import result_for
 from test_checks_exec import (
-    CUSTOMERS,
     DAY,
     GOOD,
     MODEL,
@@ -35,21 +35,17 @@ from test_checks_exec import (
 
 
 def make_lake(root: Path, text: str, rows: list[dict[str, Any]]) -> IcebergLakehouse:
-    lake = IcebergLakehouse(root, {MODEL: text})
-    (root / "tests").mkdir(exist_ok=True)
-    (root / "tests" / "big_amounts.sql").write_text(
-        "SELECT order_id, amount FROM sales.orders\n"
-        "WHERE amount > 100 AND created_at >= $partition_start AND created_at < $partition_end\n")
-    lake.sql(tables={"raw.orders": rows + OTHER_DAY, "raw.customers": [{"customer_id": 1}, {"customer_id": 2}]},
-             types={"raw.orders": ORDERS, "raw.customers": CUSTOMERS})
+    lake = checks_exec.make_lake(root, text, rows, kind=IcebergLakehouse)
+    assert isinstance(lake, IcebergLakehouse)
     return lake
 
 
 def state(lake: IcebergLakehouse) -> tuple[Any, ...]:
-    """Every table's metadata location and every file of the lake folder (path, size)."""
+    """Every table's metadata location and every file of the lake and of its REST server, if any
+    (path, size)."""
     tables = sorted((name, lake.ice.load(name).metadata_location) for name in lake.ice.tables())
     files = sorted((str(p.relative_to(lake.root)), p.stat().st_size)
-                   for p in (lake.root / ".lakewrap").rglob("*") if p.is_file())
+                   for folder in (".lakewrap", "rest-server") for p in (lake.root / folder).rglob("*") if p.is_file())
     return tuple(tables), tuple(files)
 
 

@@ -18,15 +18,8 @@ import pytest
 from icehouse import IcebergLakehouse
 from icehouse_sql import RestSqlLakehouse
 from lakehouse import result_for
+from test_checks_iceberg import state
 from test_schema_changes import DRIFTS, ITEMS, MERGE, MODES, NOW, SCD2, SOURCE, V1, expected, model, read
-
-
-def state(lake: IcebergLakehouse) -> tuple[Any, ...]:
-    """Every table's metadata location and every file of the lake and its REST server (path, size)."""
-    tables = sorted((name, lake.ice.load(name).metadata_location) for name in lake.ice.tables())
-    files = sorted((str(p.relative_to(lake.root)), p.stat().st_size)
-                   for folder in (".lakewrap", "rest-server") for p in (lake.root / folder).rglob("*") if p.is_file())
-    return tuple(tables), tuple(files)
 
 
 def expected_on_iceberg(drift: str, mode: str) -> tuple[list[tuple[str, str]], list[dict[str, Any]]] | str:
