@@ -282,13 +282,13 @@ class IcebergCompiler(Compiler):
                 assert isinstance(merge, MergeStrategy)
                 note = ("upsert on " + ", ".join(merge.unique_key) + " computed in DuckDB: replace the matched "
                         "rows, add the new keys" + spec)
-                rewrite: dict[str, str | int] = {}
-                if part is None:
-                    count = exp.select(q.count_star()).from_(q.table(None, MATCHED))
-                    rewrite = {"rewrite": q.render(self.after(plan)), "rewrite_keys": q.render(count),
-                               "rewrite_above": REWRITE_ABOVE}
+                whole = part is None  # an unpartitioned target may be rewritten instead (CommitOp.rewrite)
+                count = exp.select(q.count_star()).from_(q.table(None, MATCHED))
                 return [(CommitOp(partition=layout, operation="overwrite", table=target, rows=from_rows,
-                                  delete_where=delete_where, note=note, **rewrite), set())]  # type: ignore[arg-type]
+                                  delete_where=delete_where, note=note,
+                                  rewrite=q.render(self.after(plan)) if whole else None,
+                                  rewrite_keys=q.render(count) if whole else None,
+                                  rewrite_above=REWRITE_ABOVE if whole else None), set())]
             case "snapshot":
                 note = ("SCD2: replace the closed current versions, add the new versions (nothing is committed "
                         "when no row changed)" + spec)
