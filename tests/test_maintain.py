@@ -20,7 +20,6 @@ from click.testing import CliRunner
 
 import lakewrap
 from lakewrap.cli import main
-from lakewrap.errors import UnsupportedError
 from lakewrap.execute.lake import Lake
 from servers import S3, Postgres, moto_s3, postgres  # noqa: F401  (fixtures)
 
@@ -251,13 +250,6 @@ def test_maintain_cli_and_config_validation(tmp_path: Path) -> None:
     assert "would remove 0 old and 1 orphan files" in out.output and planted.exists()
     out = CliRunner().invoke(main, ["maintain", "--project", str(tmp_path)])
     assert out.exit_code == 0 and "remove 0 old and 1 orphan files" in out.output and not planted.exists()
-
-
-def test_maintain_refuses_iceberg_with_what_pyiceberg_offers(tmp_path: Path) -> None:
-    (tmp_path / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n')
-    with pytest.raises(UnsupportedError) as err:
-        lakewrap.Project(tmp_path).maintain()
-    assert "expire_snapshots" in (err.value.hint or "")
 
 
 # --- the other catalogs and S3 -------------------------------------------------------------------

@@ -1,7 +1,11 @@
-"""``lakewrap maintain``: compaction, snapshot expiry, old-file and orphan cleanup on a DuckLake.
+"""``lakewrap maintain``: compaction, snapshot expiry, old-file and orphan cleanup.
 
-Order: (1) compact the selected models' tables (``ducklake_rewrite_data_files`` for delete-heavy
-files, then ``ducklake_merge_adjacent_files``); (2) expire the snapshots the ``[maintain]`` policy
+This module is the DuckLake half and the shared policy (:func:`choose_expired`, the report); an
+Iceberg lake (pyiceberg write path) is maintained by :mod:`lakewrap.maintain_iceberg` with the same
+four steps built from the table metadata.
+
+On a DuckLake, in order: (1) compact the selected models' tables (``ducklake_rewrite_data_files``
+for delete-heavy files, then ``ducklake_merge_adjacent_files``); (2) expire the snapshots the ``[maintain]`` policy
 lets go -- older than ``retain_days``, not among the newest ``keep_last``, and never one that a
 retained run record references (its pins or its own snapshot), so every retained build can still
 be read at its pin and restored; (3) delete the files only expired snapshots referenced
@@ -14,7 +18,7 @@ nothing. See ``docs/maintenance.md``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -98,10 +102,14 @@ def protected_snapshots(records: Sequence[tuple[Any, ...]], snaps: Sequence[tupl
 
 
 def choose_expired(snaps: Sequence[tuple[Any, ...]], protected: set[int], policy: MaintainConfig,
-                   now: datetime) -> list[int]:
-    """The snapshots to expire: older than the retention, not the newest ``keep_last``, not protected."""
+                   now: datetime, order: Callable[[tuple[Any, ...]], Any] = lambda s: int(s[0])) -> list[int]:
+    """The snapshots to expire: older than the retention, not the newest ``keep_last``, not protected.
+
+    ``snaps`` are (snapshot_id, snapshot_time, ...); ``order`` sorts them oldest first (DuckLake's
+    ids grow with time; Iceberg's are random).
+    """
     cutoff = now - timedelta(days=policy.retain_days)
-    newest = {int(s[0]) for s in sorted(snaps, key=lambda s: int(s[0]))[-policy.keep_last:]}
+    newest = {int(s[0]) for s in sorted(snaps, key=order)[-policy.keep_last:]}
     return sorted(int(s[0]) for s in snaps
                   if s[1] <= cutoff and int(s[0]) not in newest and int(s[0]) not in protected)
 
@@ -120,17 +128,24 @@ def maintain(root: Path, selectors: Sequence[str] = (), *, dry_run: bool = False
 
     root = root.resolve()
     config = load_config(root)
-    if config.lake.substrate != "ducklake":
+    if config.lake.substrate == "iceberg" and config.lake.write_path == "sql":
         raise UnsupportedError(
-            "lakewrap maintain runs on DuckLake only",
-            hint="on Iceberg, pyiceberg 0.12 offers table.maintenance.expire_snapshots() (no compaction, "
-            "no old-file or orphan cleanup: its data files are never deleted); run it from Python",
+            "lakewrap maintain does not run on Iceberg tables written by DuckDB SQL (write_path = \"sql\")",
+            hint="its run records derive their snapshot ids from each table's lineage, which a compaction "
+            "commit would shift; pyiceberg's table.maintenance.expire_snapshots() expires snapshots (deleting "
+            "no file); `lakewrap maintain` runs on the pyiceberg write path (docs/maintenance.md)",
         )
     policy = config.maintain
     now = now or datetime.now(timezone.utc)
     report = MaintainReport(dry_run=dry_run, policy=policy.model_dump())
     project = load_project(root, None)
     specs = [s for s in project.select(selectors) if s.strategy.kind != "view"]
+    if config.lake.substrate == "iceberg":
+        from lakewrap.execute.iceberg import IcebergLake
+        from lakewrap.maintain_iceberg import maintain_iceberg
+
+        lake_ice = IcebergLake.open(root, config=config)
+        return maintain_iceberg(lake_ice, [str(s.target) for s in specs], policy, report, dry_run=dry_run, now=now)
     # read-write even for a dry run: DuckLake 1.5.5 refuses ducklake_delete_orphaned_files(dry_run
     # => true) on a READ_ONLY attach ("Cannot append to a readonly database")
     lake = Lake.open(root)

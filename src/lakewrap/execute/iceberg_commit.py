@@ -43,6 +43,9 @@ from lakewrap.execute.retry import RetryPolicy
 from lakewrap.provenance_record import record
 
 PREFIX = "lakewrap."
+# the summary key of a commit ``lakewrap maintain`` made (value "compact"): it changed no row and is
+# not a materialization (it carries no ``lakewrap.commit_id``)
+MAINTAIN_KEY = PREFIX + "maintain"
 
 
 class CommitUnknown(ExecutionError):

@@ -1,0 +1,259 @@
+"""``lakewrap maintain`` on a real Iceberg lake (pyiceberg SqlCatalog on SQLite, local warehouse).
+
+The lake is the provenance tests' history: five strategies over three versions of a source. Orphans
+are made the two ways a lake gets them: a pyiceberg writer killed with SIGKILL after writing its data
+file and manifests and before its commit, and a planted unreferenced file. References are computed
+without the code under test: files on disk listed with ``Path.rglob``, the files each snapshot needs
+read with pyiceberg's ``inspect`` tables through a catalog of the test's own, rows read with
+``scan(snapshot_id=...)``, reproduction by ``lakewrap reproduce`` (which compares with the table).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lakewrap
+from lakehouse import at, partition
+from lakeproject import cli
+from lakewrap.errors import UnsupportedError
+from lakewrap.maintain import maintain
+from test_provenance import V3, ev
+from test_provenance_iceberg import ICE_WHOLE, PARTITIONED, IceHistory, rows, state, table
+
+TABLES = ["raw.events", "m.full", "m.di", "m.mrg", "m.app", "m.scd", "m.scd_check", "m.joined", "m.dyn"]
+
+CONFIG = """\
+[lake]
+substrate = "iceberg"
+
+[maintain]
+retain_days = 0
+keep_last = 1
+protect = "{protect}"
+orphan_min_age_minutes = 60
+"""
+
+KILLED_WRITER = """\
+import sys
+from pathlib import Path
+import pyarrow as pa
+from lakewrap.execute.iceberg import IcebergLake
+table = IcebergLake.open(Path(sys.argv[1])).load("raw.events")
+tx = table.transaction()
+tx.append(table.scan(limit=1).to_arrow())  # writes the data file, its manifest and manifest list
+print("written", flush=True)
+sys.stdin.read()  # wait to be killed, before commit_transaction()
+"""
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> IceHistory:
+    h = IceHistory(tmp_path / "proj")
+    h.build()
+    return h
+
+
+def configure(root: Path, protect: str) -> None:
+    (root / "lakewrap.toml").write_text(CONFIG.format(protect=protect))
+
+
+def disk(root: Path) -> set[str]:
+    """Every file of the warehouse, as an absolute path."""
+    return {str(p) for p in (root / ".lakewrap" / "warehouse").rglob("*") if p.is_file()}
+
+
+def local(location: str) -> str:
+    return location.removeprefix("file://")
+
+
+def needed(root: Path) -> set[str]:
+    """What the remaining snapshots need: current metadata, manifest lists, manifests, live files."""
+    out = set()
+    for name in TABLES:
+        t = table(root, name)
+        out.add(local(t.metadata_location))
+        for snap in t.metadata.snapshots:
+            out.add(local(snap.manifest_list))
+            out |= {local(m.manifest_path) for m in snap.manifests(t.io)}
+            out |= {local(p) for p in t.inspect.files(snapshot_id=snap.snapshot_id)["file_path"].to_pylist()}
+    return out
+
+
+def referenced(root: Path) -> set[str]:
+    """:func:`needed` plus the metadata log: everything the catalog can reach."""
+    out = needed(root)
+    for name in TABLES:
+        out |= {local(e.metadata_file) for e in table(root, name).metadata.metadata_log}
+    return out
+
+
+def records(root: Path) -> list[tuple[str, int, dict[str, str]]]:
+    """(table, snapshot id, summary) of every snapshot a lakewrap commit added."""
+    out = []
+    for name in TABLES:
+        for snap in table(root, name).metadata.snapshots:
+            props = dict(snap.summary.additional_properties)
+            if "lakewrap.commit_id" in props:
+                out.append((name, snap.snapshot_id, props))
+    return out
+
+
+def latest_records(root: Path) -> list[tuple[str, int, dict[str, str]]]:
+    """The latest record of each (target, partition): what ``protect = "latest"`` retains."""
+    last: dict[tuple[str, str], tuple[str, int, dict[str, str]]] = {}
+    for rec in sorted(records(root), key=lambda r: table(root, r[0]).metadata.snapshot_by_id(r[1]).timestamp_ms):
+        last[(rec[0], rec[2]["lakewrap.partition"])] = rec
+    return list(last.values())
+
+
+def referenced_snapshots(root: Path, latest_only: bool) -> dict[tuple[str, int], str]:
+    """The (table, snapshot) each retained record reads or wrote, with what it is to the record."""
+    recs = records(root)
+    if latest_only:
+        commits = {p["lakewrap.commit_id"] for _, _, p in latest_records(root)}
+        recs = [r for r in recs if r[2]["lakewrap.commit_id"] in commits]
+    out: dict[tuple[str, int], str] = {}
+    for name, sid, props in recs:
+        out[(name, sid)] = "own"
+        if props["lakewrap.base_snapshot"]:
+            out[(name, int(props["lakewrap.base_snapshot"]))] = "base"
+        for upstream, pin in json.loads(props["lakewrap.pins"]).items():
+            if pin is not None:
+                out[(upstream, int(pin))] = "pin"
+    return out
+
+
+def contents(root: Path, snapshots: dict[tuple[str, int], str]) -> dict[tuple[str, int], list[Any]]:
+    return {(name, sid): rows(root, name, sid) for name, sid in snapshots}
+
+
+def current_files(root: Path, name: str) -> int:
+    return len(table(root, name).inspect.files())
+
+
+def kill_writer(root: Path) -> set[str]:
+    """The files a pyiceberg writer killed before its commit left (found by listing, before and after)."""
+    before = disk(root)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(root)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "written"
+    proc.kill()
+    proc.wait()
+    left = disk(root) - before
+    assert any(p.endswith(".parquet") for p in left) and any(p.endswith(".avro") for p in left), left
+    return left
+
+
+def later() -> datetime:
+    return datetime.now(timezone.utc) + timedelta(hours=2)
+
+
+def test_dry_run_changes_nothing_then_maintain_frees_files_and_keeps_retained_runs(history: IceHistory) -> None:
+    root = history.house.root
+    configure(root, "latest")
+    orphans = kill_writer(root)
+    planted = Path(local(table(root, "m.app").location())) / "data" / "planted.parquet"
+    planted.write_bytes(b"left by nobody")
+    orphans.add(str(planted))
+    assert disk(root) - referenced(root) == orphans  # the reference agrees on what is orphaned
+    keep = referenced_snapshots(root, latest_only=True)
+    retained = [(p["lakewrap.run_id"], name, p["lakewrap.partition"] or None) for name, _, p in latest_records(root)]
+    before_rows = contents(root, keep)
+    before = state(root)
+    files_before = disk(root)
+    records_before = records(root)
+
+    # a live writer's files are as unknown as a killed one's: younger than 60 minutes, they stay
+    fresh = maintain(root, dry_run=True)
+    assert fresh.orphans_removed == [] and state(root) == before
+    dry = maintain(root, dry_run=True, now=later())
+    assert state(root) == before, "the dry run wrote to the lake"
+    assert {str(root / p) for p in dry.orphans_removed} == orphans
+    assert dry.snapshots_expired and dry.old_files_removed
+
+    done = maintain(root, now=later())
+    assert done.snapshots_expired == dry.snapshots_expired
+    assert done.orphans_removed == dry.orphans_removed
+    # the compaction commits make the metadata files before them previous ones listing expired snapshots
+    assert set(dry.old_files_removed) <= set(done.old_files_removed)
+    extra = set(done.old_files_removed) - set(dry.old_files_removed)
+    assert all(p.endswith(".metadata.json") for p in extra), extra
+
+    files_after = disk(root)
+    assert not files_after - referenced(root), "an orphan remains"
+    assert needed(root) <= files_after, "a file a remaining snapshot needs was deleted"
+    assert len(files_after) < len(files_before) - len(orphans)
+    assert {str(root / p) for p in dry.old_files_removed} <= files_before - files_after
+    assert not {str(root / p) for p in done.old_files_removed} & files_after
+    # no snapshot a retained record references was expired, and each reads the same rows
+    remaining = {(n, s.snapshot_id) for n in TABLES for s in table(root, n).metadata.snapshots}
+    assert set(keep) <= remaining
+    assert contents(root, keep) == before_rows
+    assert not {sid for _, sid in keep} & set(done.snapshots_expired)
+    # every retained materialization reproduces; superseded builds lost their snapshots
+    for run_id, target, part in retained:
+        report = lakewrap.Project(root).reproduce(run_id, model=target, partition=part)
+        assert len(report.results) == 1 and report.results[0].status == "MATCH", (run_id, target, part, report)
+    assert len(records(root)) < len(records_before)
+
+
+def test_protect_all_keeps_every_run_and_compaction_changes_no_row(history: IceHistory) -> None:
+    root = history.house.root
+    configure(root, "all")
+    keep = referenced_snapshots(root, latest_only=False)
+    before_rows = contents(root, keep)
+    current = {n: rows(root, n) for n in TABLES}
+    files = {n: current_files(root, n) for n in TABLES}
+    runs = {n: len(lakewrap.Project(root).history(n)) for n in TABLES if n != "raw.events"}
+
+    code, out, err = cli("maintain", "--dry-run", "--project", str(root))
+    assert code == 0, err
+    assert "would expire" in out and "compaction (dry run" in out
+    report = lakewrap.Project(root).maintain()
+    compacted = {t.table: t for t in report.tables if t.merged}
+    assert {"m.app", "m.scd", "m.scd_check"} <= set(compacted)  # small files of appends and SCD2 versions
+    for name, entry in compacted.items():
+        assert entry.data_files_before == files[name] and entry.data_files_after == current_files(root, name)
+        assert current_files(root, name) < files[name]
+        snap = table(root, name).current_snapshot()
+        props = snap.summary.additional_properties
+        assert props.get("lakewrap.maintain") == "compact" and "lakewrap.commit_id" not in props
+    assert {n: rows(root, n) for n in TABLES} == current, "compaction changed a table's rows"
+    # only snapshots no record references went: the source's own (unpinned) snapshots
+    assert report.snapshots_expired
+    assert not {sid for _, sid in keep} & set(report.snapshots_expired)
+    assert contents(root, keep) == before_rows
+    assert not disk(root) - referenced(root) and needed(root) <= disk(root)
+    compaction = {n: table(root, n).current_snapshot().snapshot_id for n in compacted}
+    # the compaction commit is not a materialization; every run still reproduces
+    assert {n: len(lakewrap.Project(root).history(n)) for n in runs} == runs
+    for run_id, _ in history.runs:
+        assert lakewrap.Project(root).reproduce(run_id).ok, run_id
+
+    # later runs start from the compaction's snapshot; they and their reproduction work as before
+    history.source([*V3, ev(7, "c", 70, 1, 11, 23)])
+    run_p = history.run(PARTITIONED, at(6), partition(1))
+    run_w = history.run(ICE_WHOLE, at(6))
+    for run_id in (run_p, run_w):
+        report_r = lakewrap.Project(root).reproduce(run_id)
+        assert report_r.ok and all(r.status == "MATCH" for r in report_r.results), run_id
+    props = table(root, "m.app").current_snapshot().summary.additional_properties
+    assert int(props["lakewrap.base_snapshot"]) == compaction["m.app"]
+    again = lakewrap.Project(root).maintain()
+    assert again.orphans_removed == [] and not disk(root) - referenced(root)
+
+
+def test_sql_write_path_is_refused_with_a_hint(tmp_path: Path) -> None:
+    (tmp_path / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\ncatalog = "rest"\nwrite_path = "sql"\n'
+                                            '[lake.rest]\nuri = "http://127.0.0.1:9"\n')
+    with pytest.raises(UnsupportedError) as err:
+        lakewrap.Project(tmp_path).maintain(dry_run=True)
+    assert "write_path" in str(err.value) and "expire_snapshots" in (err.value.hint or "")
