@@ -257,3 +257,40 @@ def test_sql_write_path_is_refused_with_a_hint(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedError) as err:
         lakewrap.Project(tmp_path).maintain(dry_run=True)
     assert "write_path" in str(err.value) and "expire_snapshots" in (err.value.hint or "")
+
+
+def test_compaction_loses_no_concurrent_commit(history: IceHistory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer commits to the table between the compaction's planning and its commit."""
+    from lakewrap import maintain_iceberg
+
+    root = history.house.root
+    configure(root, "all")
+    real = maintain_iceberg.compact
+    racer: list[Any] = []
+
+    def racing(name: str, handle: Any, dry_run: bool) -> Any:
+        if name == "m.app" and racer:
+            racer.pop()(table(root, name))  # through a catalog of its own, after `handle` was loaded
+        return real(name, handle, dry_run)
+
+    monkeypatch.setattr(maintain_iceberg, "compact", racing)
+    extra = table(root, "m.app").scan(limit=1).to_arrow()
+    added = [tuple(sorted(r.items())) for r in extra.to_pylist()]
+    # a rewrite that removes the very files being merged; then (after an append that gives one
+    # partition two files again) an append into the partition being merged, which serializable
+    # isolation also counts as a conflict
+    races = [(lambda t: t.overwrite(t.scan().to_arrow()), lambda old: old),
+             (lambda t: t.append(extra), lambda old: sorted([*old, *added]))]
+    for i, (race, expect) in enumerate(races):
+        if i:
+            table(root, "m.app").append(extra)
+        racer.append(race)
+        before = rows(root, "m.app")
+        report = lakewrap.Project(root).maintain()
+        assert any(n.startswith("compaction of m.app skipped: another writer") for n in report.notes), report.notes
+        assert rows(root, "m.app") == expect(before), "a concurrent commit was lost"
+        assert "lakewrap.maintain" not in table(root, "m.app").current_snapshot().summary.additional_properties
+    files = current_files(root, "m.app")
+    report = lakewrap.Project(root).maintain()  # no race: the next maintain merges them
+    (entry,) = [t for t in report.tables if t.table == "m.app"]
+    assert not report.notes and entry.merged == 3 and entry.data_files_after == files - 2

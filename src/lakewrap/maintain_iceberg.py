@@ -193,8 +193,10 @@ def compact(name: str, table: Any, dry_run: bool) -> TableFiles:
     """Merge each partition's small data files, all in one commit of the table; no row changes.
 
     The rows of each group are read with its scan tasks and written back with pyiceberg's own
-    writer (so the new files land in the same partition); the commit fails, changing nothing, if
-    another writer committed to the table since it was loaded.
+    writer (so the new files land in the same partition). When another writer committed since the
+    table was loaded, pyiceberg validates the commit against the new head (the table's isolation
+    level: lakewrap creates tables ``serializable``): a merged file removed, or a file added to a
+    partition being merged, raises ``ValidationException`` and nothing changes.
     """
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
@@ -231,12 +233,20 @@ def maintain_iceberg(lake: IcebergLake, targets: Sequence[str], policy: Maintain
     tables = {n: lake.load(n) for n in names}
     report.storage_files_before = sum(len(listing(t)) for t in tables.values())
     # (1) compaction of the selected models' tables
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
     for target in targets:
-        if tables.get(target) is not None:
+        if tables.get(target) is None:
+            continue
+        try:
             entry = compact(target, tables[target], dry_run or not policy.compact)
-            report.tables.append(entry if policy.compact else TableFiles(target, entry.data_files_before,
-                                                                       entry.delete_files_before))
-            tables[target] = lake.load(target)
+        except (CommitFailedException, ValidationException) as exc:
+            entry = TableFiles(target, *small_file_groups(tables[target])[1:])
+            report.notes.append(f"compaction of {target} skipped: another writer changed its files meanwhile "
+                                f"({lake.redact(str(exc)).splitlines()[0]}); the next maintain retries")
+        report.tables.append(entry if policy.compact else TableFiles(target, entry.data_files_before,
+                                                                   entry.delete_files_before))
+        tables[target] = lake.load(target)
     if dry_run and policy.compact:
         report.notes.append("compaction (dry run): `merged` counts the small files each table's commit would merge")
         if any(t.merged for t in report.tables):
