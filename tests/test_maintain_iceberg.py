@@ -127,6 +127,8 @@ def referenced_snapshots(root: Path, latest_only: bool) -> dict[tuple[str, int],
         for upstream, pin in json.loads(props["lakewrap.pins"]).items():
             if pin is not None:
                 out[(upstream, int(pin))] = "pin"
+        if props.get("lakewrap.restored_from"):
+            out[(name, int(json.loads(props["lakewrap.restored_from"])["snapshot"]))] = "restored"
     return out
 
 
@@ -158,6 +160,9 @@ def later() -> datetime:
 
 def test_dry_run_changes_nothing_then_maintain_frees_files_and_keeps_retained_runs(history: IceHistory) -> None:
     root = history.house.root
+    # the latest record of m.di's partition 1 is a restore to a superseded build: that build's
+    # snapshot must outlive the expiry of superseded builds
+    restored = lakewrap.Project(root).restore("m.di", partition=partition(1), to_run=history.runs[1][0])
     configure(root, "latest")
     orphans = kill_writer(root)
     planted = Path(local(table(root, "m.app").location())) / "data" / "planted.parquet"
@@ -166,6 +171,7 @@ def test_dry_run_changes_nothing_then_maintain_frees_files_and_keeps_retained_ru
     assert disk(root) - referenced(root) == orphans  # the reference agrees on what is orphaned
     keep = referenced_snapshots(root, latest_only=True)
     retained = [(p["lakewrap.run_id"], name, p["lakewrap.partition"] or None) for name, _, p in latest_records(root)]
+    assert (restored.run_id, "m.di", partition(1)) in retained and "restored" in keep.values()
     before_rows = contents(root, keep)
     before = state(root)
     files_before = disk(root)
