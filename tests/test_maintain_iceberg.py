@@ -23,7 +23,10 @@ import lakewrap
 from lakehouse import at, partition
 from lakeproject import cli
 from lakewrap.errors import UnsupportedError
+from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.maintain import maintain
+from servers import moto_s3  # noqa: F401  (fixture)
+from test_iceberg_catalogs import Kind, actual_tables, make_project, run, stack  # noqa: F401  (fixture)
 from test_provenance import V3, ev
 from test_provenance_iceberg import ICE_WHOLE, PARTITIONED, IceHistory, rows, state, table
 
@@ -300,3 +303,46 @@ def test_compaction_loses_no_concurrent_commit(history: IceHistory, monkeypatch:
     report = lakewrap.Project(root).maintain()  # no race: the next maintain merges them
     (entry,) = [t for t in report.tables if t.table == "m.app"]
     assert not report.notes and entry.merged == 3 and entry.data_files_after == files - 2
+
+
+@pytest.mark.slow  # moto's server and two project runs: about 25 s per catalog
+@pytest.mark.parametrize("kind", [Kind("sql-s3", "sql", s3=True), Kind("rest-s3", "rest", s3=True)], ids=str)
+def test_maintain_on_an_s3_warehouse(kind: Kind, tmp_path: Path, request: pytest.FixtureRequest,
+                                     monkeypatch: pytest.MonkeyPatch, stack: Any) -> None:  # noqa: F811
+    """Listing, expiry and deletion through pyiceberg's S3 FileIO (moto), on a SQL and a REST catalog."""
+    from lakeproject import write_seeds
+
+    proj = make_project(tmp_path, kind, request, monkeypatch, stack)
+    assert proj.s3 is not None and proj.bucket is not None
+    s3, bucket = proj.s3, proj.bucket
+    run(proj, "seed")
+    run(proj, "run", "--start", "2024-01-01", "--end", "2024-01-03", "--now", "2024-01-05T00:00:00Z")
+    write_seeds(proj.root, 2)
+    run(proj, "seed")
+    run(proj, "run", "--start", "2024-01-01", "--end", "2024-01-02", "--now", "2024-01-06T00:00:00Z")
+    toml = proj.root / "lakewrap.toml"
+    toml.write_text(toml.read_text() + "\n[maintain]\nretain_days = 0\nkeep_last = 1\nprotect = \"latest\"\n")
+    lake = IcebergLake.open(proj.root)
+    location = lake.load("sales.orders").location()
+    planted = location + "/data/planted.parquet"
+    s3.client().put_object(Bucket=bucket, Key=planted.removeprefix(f"s3://{bucket}/"), Body=b"left by nobody")
+    tables = actual_tables(proj.root)
+    keys = set(s3.keys(bucket))
+
+    dry = maintain(proj.root, dry_run=True, now=later())
+    assert set(s3.keys(bucket)) == keys, "the dry run wrote to the bucket"
+    assert dry.orphans_removed == [planted] and dry.snapshots_expired
+    done = maintain(proj.root, now=later())
+    after = {f"s3://{bucket}/{k}" for k in s3.keys(bucket)}
+    assert done.orphans_removed == [planted] and planted not in after
+    assert done.snapshots_expired == dry.snapshots_expired
+    assert done.old_files_removed and not set(done.old_files_removed) & after
+    assert len(after) < len(keys)
+    assert actual_tables(proj.root) == tables
+    for name in lake.tables():  # every file a remaining snapshot needs is still there
+        t = lake.load(name)
+        for snap in t.metadata.snapshots:
+            files = {snap.manifest_list, *(m.manifest_path for m in snap.manifests(t.io)),
+                     *t.inspect.files(snapshot_id=snap.snapshot_id)["file_path"].to_pylist()}
+            assert files <= after, (name, files - after)
+
