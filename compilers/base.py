@@ -105,7 +105,8 @@ class Shape:
     role: Role
     node: exp.Expr
     note: str | None = None
-    text: str | None = None  # literal models: the statement exactly as written
+    text: str | None = None  # the statement's text when not ``render(node)``: a literal model's, as written,
+    # or DDL sqlglot's DuckDB generator cannot express (``node`` still carries its parameters)
     test: TestInfo | None = None  # test statements: which ``-- test`` line
 
 
@@ -121,7 +122,7 @@ class Compiler:
         available = plan.params()
         statements: list[CompiledStatement] = []
         for shape in shapes:
-            if shape.text is not None:  # a literal model's statement, as written
+            if shape.text is not None:  # a literal model's statement, as written, or DDL sqlglot drops
                 text, used = shape.text, parameters(shape.node)
             else:
                 text = q.render(shape.node)
