@@ -336,10 +336,12 @@ class Compiler:
     def table(self, plan: Plan) -> list[Shape]:
         if not self.caps.supports_create_or_replace:
             # Created on the first run from the result's schema, then emptied and refilled in the
-            # same transaction: readers see the old rows or the new ones, never an empty table.
+            # same transaction: readers see the old rows or the new ones, never an empty table. The
+            # executor first gives the table the result's columns (ALTER TABLE, from the live table).
             shapes = [self.setup(plan), self.stage(plan, self.query(plan))]
             shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
-            shapes.append(Shape("write", exp.Delete(this=self.target(plan)), "full rebuild: remove every row"))
+            shapes.append(Shape("write", exp.Delete(this=self.target(plan)), "full rebuild: remove every row (the executor has given the table "
+                                "the result's columns first: ALTER TABLE ADD/DROP/RENAME COLUMN from DESCRIBE)"))
             shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star(), copy=False)),
                                 "full rebuild: insert the result, by column name"))
             shapes.append(self.drop(STAGE))

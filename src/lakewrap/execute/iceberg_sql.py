@@ -196,11 +196,16 @@ class IcebergSqlExecutor:
         result.tests.clear()
         result.schema_changes.clear()
         outcomes: list[checks.TestOutcome] = []
-        schema_check = compiled.schema_check
+        # A full rebuild takes the result's columns, as CREATE OR REPLACE would; other runs follow
+        # the model's on_schema_change. Either way inside the transaction, before the first write.
+        replacing = refresh or compiled.strategy == "table"
+        check = compiled.schema_check
+        compare = replacing or check is not None
         for st in statements:
-            if schema_check is not None and st.role in ("bootstrap", "write"):  # before the first write
-                result.schema_changes = self._schema(con, schema_check, compiled, log)
-                schema_check = None
+            if compare and st.role in ("bootstrap", "write"):
+                result.schema_changes = (self._replace(con, compiled, log) if replacing or check is None else
+                                         self._schema(con, check, compiled, log))
+                compare = False
             if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
                 outcome = checks.run_test(con, st, log, compiled.path)
                 outcomes.append(outcome)
@@ -302,9 +307,33 @@ class IcebergSqlExecutor:
         and run the ``ALTER TABLE`` statements the mode calls for (Iceberg's type promotions only);
         they commit with the data. Raises ``SchemaChangeError`` when the mode refuses the change."""
         schema, name = compiled.target.split(".", 1)
+        table, result = self._columns(con, check.relation, compiled, log)
+        statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table, ice.widens, "Iceberg",
+                                        catalog=isql.CATALOG)
+        for stmt in statements:
+            log.run(con, stmt, role="schema")
+        return statements
+
+    def _replace(self, con: Any, compiled: CompiledPlan, log: StatementLog) -> list[str]:
+        """A full rebuild (``table``, ``--full-refresh``): the table takes the result's columns --
+        lost ones dropped, new ones added, retyped ones replaced -- with ``ALTER TABLE`` statements
+        in the rebuild's transaction (DuckDB-Iceberg has no ``CREATE OR REPLACE``; a ``DROP TABLE``
+        and ``CREATE TABLE`` cannot share one transaction), so they commit with the new rows."""
+        check = compiled.schema_check
+        schema, name = compiled.target.split(".", 1)
+        table, result = self._columns(con, check.relation if check else STAGE, compiled, log)
+        statements = schema_sql.replace_columns((schema, name), result, table, check.managed if check else (),
+                                                ice.widens, isql.CATALOG)
+        for stmt in statements:
+            log.run(con, stmt, role="schema")
+        return statements
+
+    def _columns(self, con: Any, relation: str | None, compiled: CompiledPlan,
+                 log: StatementLog) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """The target's columns and the result's (staged in ``relation``), each (name, DuckDB type)."""
         table = [(str(r[0]), str(r[1])) for r in log.run(con, isql.describe(compiled.target), role="schema")
                  .fetchall()]
-        relation = check.relation
+        staged = relation
         if relation is None:  # nothing staged: the result's columns from its `LIMIT 0` bootstrap query
             bootstrap = next(st for st in compiled.statements if st.role == "bootstrap")
             params = {k: v.python() for k, v in bootstrap.params.items()}
@@ -313,13 +342,9 @@ class IcebergSqlExecutor:
         result = [(str(r[0]), str(r[1])) for r in log.run(
             con, schema_sql.columns_query(), {"database": "temp", "schema": "main", "name": relation},
             role="schema").fetchall()]
-        if check.relation is None:
+        if staged is None:
             log.run(con, schema_sql.drop_result(), role="schema")
-        statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table, ice.widens, "Iceberg",
-                                        catalog=isql.CATALOG)
-        for stmt in statements:
-            log.run(con, stmt, role="schema")
-        return statements
+        return table, result
 
     # --- helpers --------------------------------------------------------------------------------
 
