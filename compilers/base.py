@@ -340,8 +340,9 @@ class Compiler:
             # executor first gives the table the result's columns (ALTER TABLE, from the live table).
             shapes = [self.setup(plan), self.stage(plan, self.query(plan))]
             shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
-            shapes.append(Shape("write", exp.Delete(this=self.target(plan)), "full rebuild: remove every row (the executor has given the table "
-                                "the result's columns first: ALTER TABLE ADD/DROP/RENAME COLUMN from DESCRIBE)"))
+            note = ("full rebuild: remove every row (before it, the table takes the result's columns: "
+                    "ALTER TABLE ... ADD/DROP/RENAME COLUMN, from DESCRIBE)")
+            shapes.append(Shape("write", exp.Delete(this=self.target(plan)), note))
             shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star(), copy=False)),
                                 "full rebuild: insert the result, by column name"))
             shapes.append(self.drop(STAGE))

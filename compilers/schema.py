@@ -356,7 +356,7 @@ RETYPED = "__lakewrap_retyped_"  # the temporary name of a retyped column's repl
 
 def replace_columns(target: tuple[str, str], result: Sequence[Column], table: Sequence[Column],
                     managed: Sequence[str] = (), widens: Callable[[str, str], bool] | None = None,
-                    catalog: str | None = None) -> list[str]:
+                    catalog: str | None = None, renew: str | None = None) -> list[str]:
     """The ``ALTER TABLE`` statements that give ``table`` the result's columns, as ``CREATE OR
     REPLACE`` would: a full rebuild on a substrate without it (Iceberg through DuckDB SQL), run in
     the rebuild's transaction before its writes. ``managed`` columns (SCD2's) are kept.
@@ -366,7 +366,9 @@ def replace_columns(target: tuple[str, str], result: Sequence[Column], table: Se
     are dropped last. The order matters on DuckDB-Iceberg 1.5.5: an ``ALTER`` that brings the table
     back to a schema it had before reuses that schema's id, and the next ``ALTER`` then fails
     ("Attempted to add schema with id n, but this already exists"); once a column with a new field
-    id is in the table, no later step can match an earlier schema.
+    id is in the table, no later step can match an earlier schema. When only drops remain and they
+    would lead back to an earlier schema, the executor names a kept column to ``renew``: it is
+    replaced like a retyped one, with its own type (a rebuild deletes every row anyway).
     """
     schema, name = target
     d = drift(result, table, managed)
@@ -378,5 +380,9 @@ def replace_columns(target: tuple[str, str], result: Sequence[Column], table: Se
             continue
         out += [add_column(schema, name, RETYPED + col, now, catalog), drop_column(schema, name, col, catalog),
                 rename_column(schema, name, RETYPED + col, col, catalog)]
+    types = {n.lower(): t for n, t in table}
+    if renew is not None:
+        out += [add_column(schema, name, RETYPED + renew, types[renew.lower()], catalog),
+                drop_column(schema, name, renew, catalog), rename_column(schema, name, RETYPED + renew, renew, catalog)]
     out += [drop_column(schema, name, col, catalog) for col, _ in d.removed]
     return out

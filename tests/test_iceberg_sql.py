@@ -539,3 +539,46 @@ def test_a_partitioned_model_creates_its_partition_spec_and_replaces_one_partiti
     source_rows = lake.load("raw.src").scan().to_arrow().to_pylist()  # type: ignore[union-attr]
     want = sorted((r["id"], 7 if r["ts"].day == 2 else 0) for r in source_rows)
     assert sorted((r["id"], r["v"]) for r in rows_of(lake, "out.p")) == want
+
+
+def test_a_rebuild_that_drops_the_last_added_column_leaves_the_table_alterable(tmp_path: Path, served: str) -> None:
+    """DuckDB 1.5.5 gives a new schema the id current + 1. A drop that brings the table back to an
+    earlier schema makes that schema current again (its id reused), and every later ALTER by DuckDB
+    would then fail ("Attempted to add schema with id n, but this already exists"): the rebuild
+    renews a column instead, so the table never returns to an earlier schema."""
+    lake = project(tmp_path, served, {"out/tb.sql": TB})
+    source(lake, 1, 3)
+    model = tmp_path / "models" / "out" / "tb.sql"
+    for select in ("SELECT id, v, ts", "SELECT id, v, ts, 1 AS w", "SELECT id, v, ts", "SELECT id, v, ts, 'x' AS z",
+                   "SELECT id, ts"):
+        model.write_text(TB.replace("SELECT id, v, ts", select))
+        (res,) = run_iceberg_project(tmp_path, now=NOW).results
+        assert res.status == "success", res.error
+        table = lake.load("out.tb")
+        assert table is not None
+        assert table.metadata.current_schema_id == max(s.schema_id for s in table.metadata.schemas)
+        names = [c.strip().split(" AS ")[-1] for c in select.removeprefix("SELECT ").split(",")]
+        assert sorted(f.name for f in table.schema().fields) == sorted(names)
+        assert sorted(r["id"] for r in rows_of(lake, "out.tb")) == [0, 1, 2]
+
+
+def test_a_table_whose_current_schema_is_an_earlier_one_fails_with_an_explanation(tmp_path: Path,
+                                                                                  served: str) -> None:
+    from pyiceberg.types import StringType
+
+    lake = project(tmp_path, served, {"out/tb.sql": TB})
+    source(lake, 1, 3)
+    assert run_iceberg_project(tmp_path, now=NOW).ok
+    table = lake.load("out.tb")
+    assert table is not None
+    with table.update_schema() as update:  # another client adds a column, then drops it again:
+        update.add_column("tmp", StringType())
+    with lake.load("out.tb").update_schema() as update:  # type: ignore[union-attr]
+        update.delete_column("tmp")
+    metadata = lake.load("out.tb").metadata  # type: ignore[union-attr]
+    assert metadata.current_schema_id < max(s.schema_id for s in metadata.schemas)  # the earlier schema, reused
+    (tmp_path / "models" / "out" / "tb.sql").write_text(TB.replace("SELECT id, v, ts", "SELECT id, v, ts, 1 AS w"))
+    before = catalog_state(tmp_path)
+    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert res.status == "failed" and "DuckDB 1.5.5 cannot change the columns of out.tb" in (res.error or "")
+    assert "pyiceberg" in (res.error or "") and catalog_state(tmp_path) == before
