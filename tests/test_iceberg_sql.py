@@ -1,5 +1,5 @@
 """Iceberg write path ``sql`` (DuckDB through the REST adapter): atomicity, conflicts, unknown
-outcomes, concurrent processes, bad inputs.
+outcomes, concurrent processes, bad inputs, full rebuilds' columns, partitioned tables.
 
 Everything runs for real: DuckDB 1.5.5 attached to the test REST adapter (``rest_adapter.py``) over
 a pyiceberg SqlCatalog on SQLite. Races are made deterministic with the executor's
@@ -582,3 +582,15 @@ def test_a_table_whose_current_schema_is_an_earlier_one_fails_with_an_explanatio
     (res,) = run_iceberg_project(tmp_path, now=NOW).results
     assert res.status == "failed" and "DuckDB 1.5.5 cannot change the columns of out.tb" in (res.error or "")
     assert "pyiceberg" in (res.error or "") and catalog_state(tmp_path) == before
+
+
+def test_a_rebuild_cannot_retype_a_partition_source_and_writes_nothing(tmp_path: Path, served: str) -> None:
+    lake = project(tmp_path, served, {"out/p.sql": DI})
+    source(lake, 1, 3)
+    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    retyped = DI.replace("SELECT id, v, ts", "SELECT id, v, CAST(ts AS DATE) AS ts")
+    (tmp_path / "models" / "out" / "p.sql").write_text(retyped)
+    before = catalog_state(tmp_path)
+    (res,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW, full_refresh=True).results
+    assert res.status == "failed" and "referenced by the current partition spec" in (res.error or ""), res.error
+    assert catalog_state(tmp_path) == before and len(rows_of(lake, "out.p")) == 3

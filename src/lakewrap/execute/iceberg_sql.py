@@ -14,8 +14,11 @@ The protocol (DESIGN §5, docs/iceberg.md):
   an unavailable catalog (5xx, unreachable): nothing landed, and the whole transaction is retried
   with capped, jittered backoff. Not found after any other error: a failure, not retried. The
   state table cannot be read: the outcome is unknown, reported, never retried.
-* a model's first run creates its target, empty, in a transaction of its own before the real one
-  (see :meth:`IcebergSqlExecutor._create`).
+* a model's first run creates its target, empty (with its partition spec), in a transaction of its
+  own before the real one (see :meth:`IcebergSqlExecutor._create`);
+* a full rebuild (``table``, ``--full-refresh``) first gives the table the result's columns with
+  ``ALTER TABLE`` statements in its transaction (:meth:`IcebergSqlExecutor._replace`): DuckDB has
+  no ``CREATE OR REPLACE`` for Iceberg and cannot drop and create a table in one transaction.
 """
 
 from __future__ import annotations
