@@ -122,7 +122,7 @@ def renewal(table: Any, dropped: list[str]) -> str | None:
     ids = {f.name.lower(): f.field_id for f in current.fields}
     left = set(ids.values())
     for col in dropped:
-        left.discard(ids[col.lower()])
+        left.discard(ids.get(col.lower(), -1))
         if frozenset(left) in earlier:
             break
     else:
