@@ -105,7 +105,8 @@ class Shape:
     role: Role
     node: exp.Expr
     note: str | None = None
-    text: str | None = None  # literal models: the statement exactly as written
+    text: str | None = None  # the statement's text when not ``render(node)``: a literal model's, as written,
+    # or DDL sqlglot's DuckDB generator cannot express (``node`` still carries its parameters)
     test: TestInfo | None = None  # test statements: which ``-- test`` line
 
 
@@ -121,7 +122,7 @@ class Compiler:
         available = plan.params()
         statements: list[CompiledStatement] = []
         for shape in shapes:
-            if shape.text is not None:  # a literal model's statement, as written
+            if shape.text is not None:  # a literal model's statement, as written, or DDL sqlglot drops
                 text, used = shape.text, parameters(shape.node)
             else:
                 text = q.render(shape.node)
@@ -335,10 +336,13 @@ class Compiler:
     def table(self, plan: Plan) -> list[Shape]:
         if not self.caps.supports_create_or_replace:
             # Created on the first run from the result's schema, then emptied and refilled in the
-            # same transaction: readers see the old rows or the new ones, never an empty table.
+            # same transaction: readers see the old rows or the new ones, never an empty table. The
+            # executor first gives the table the result's columns (ALTER TABLE, from the live table).
             shapes = [self.setup(plan), self.stage(plan, self.query(plan))]
             shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
-            shapes.append(Shape("write", exp.Delete(this=self.target(plan)), "full rebuild: remove every row"))
+            note = ("full rebuild: remove every row (before it, the table takes the result's columns: "
+                    "ALTER TABLE ... ADD/DROP/RENAME COLUMN, from DESCRIBE)")
+            shapes.append(Shape("write", exp.Delete(this=self.target(plan)), note))
             shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star(), copy=False)),
                                 "full rebuild: insert the result, by column name"))
             shapes.append(self.drop(STAGE))

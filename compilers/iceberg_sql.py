@@ -9,8 +9,16 @@ are qualified the same way. Temporary tables (the stage, the SCD2 change sets) s
 reads its own uncommitted Iceberg writes), as on a DuckLake.
 
 Capabilities: no views, no ``CREATE OR REPLACE`` (a full rebuild is created on its first run, then
-``DELETE`` + ``INSERT BY NAME`` in one transaction), no partition DDL (tables are created
-unpartitioned), MERGE with ``predicate=`` (DuckDB executes the MERGE itself).
+``DELETE`` + ``INSERT BY NAME`` in one transaction; the executor first gives the table the result's
+columns with ``ALTER TABLE`` in that transaction), MERGE with ``predicate=`` (DuckDB executes the
+MERGE itself).
+
+Partitioning: DuckDB 1.5.5 creates an Iceberg table with a partition spec (``CREATE TABLE ...
+PARTITIONED BY (day(col)) AS ...``, measured through the REST catalog), so the first-run bootstrap
+carries the model's spec, the same transform as the pyiceberg path's (``compilers.iceberg.TRANSFORMS``).
+The spec is set only when the table is created, as on the pyiceberg path: a later change of the
+model's partitioning does not evolve an existing table's spec. ``ALTER TABLE ... SET PARTITIONED
+BY`` is not used: in the transaction that creates the table it fails (409).
 
 State: DuckDB cannot write Iceberg snapshot-summary properties, so lakewrap's facts about a
 materialization (run id, partition, strategy, ``sql_sha256``, pins, row counts, a commit id) are a
@@ -29,8 +37,10 @@ from sqlglot import exp
 
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.base import Capabilities, Compiler, Shape
+from lakewrap.compilers.iceberg import TRANSFORMS
 from lakewrap.errors import Location, UnsupportedError
 from lakewrap.plan import Plan
+from lakewrap.spec import TimePartitioning
 
 CATALOG = "ice"
 STATE_SCHEMA = "lakewrap"
@@ -108,6 +118,18 @@ class IcebergSqlCompiler(Compiler):
                   Shape("setup", state_ddl(target), "the target's state table")]
         body = [s for s in shapes if s.role != "setup"]
         return [*setup, *body, Shape("write", record_state(target), STATE_NOTE)]
+
+    def bootstrap(self, plan: Plan, source: exp.Expr) -> list[Shape]:
+        """``CREATE TABLE IF NOT EXISTS ... AS <source>``; partitioned by the model's key's transform."""
+        part = plan.model.partition
+        if not isinstance(part, TimePartitioning):
+            return super().bootstrap(plan, source)
+        transform = TRANSFORMS[part.grain.value]
+        keys = exp.Schema(expressions=[exp.Anonymous(this=transform, expressions=[q.col(part.key)])])
+        create = exp.Create(this=self.target(plan), kind="TABLE", exists=True, expression=source,
+                            properties=exp.Properties(expressions=[exp.PartitionedByProperty(this=keys)]))
+        return [Shape("bootstrap", create, f"first run: create the table from the result's schema, partitioned by "
+                      f"{transform}({part.key})", text=q.create_partitioned(create))]
 
     def literal(self, plan: Plan) -> list[Shape]:
         raise UnsupportedError(

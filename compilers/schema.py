@@ -162,6 +162,16 @@ def widen_column(schema: str | None, table: str, name: str, dtype: str, catalog:
                               actions=[exp.AlterColumn(this=q.ident(name), dtype=_dtype(dtype))]))
 
 
+def rename_column(schema: str | None, table: str, name: str, to: str, catalog: str | None = None) -> str:
+    """``ALTER TABLE t RENAME COLUMN c TO d``."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
+    return q.render(exp.Alter(this=_target(schema, table, catalog), kind="TABLE",
+                              actions=[exp.RenameColumn(this=q.col(name), to=q.col(to))]))
+
+
 # --- comparing ------------------------------------------------------------------------------------
 
 
@@ -338,4 +348,41 @@ def resolve(check: SchemaCheck, path: str, target: tuple[str, str], result: Sequ
     assert not c.leave_out or check.relation is not None
     out += [drop_column(None, check.relation, col) for col in c.leave_out]  # type: ignore[arg-type]
     out += [drop_column(schema, name, col, catalog) for col in c.drop]
+    return out
+
+
+RETYPED = "__lakewrap_retyped_"  # the temporary name of a retyped column's replacement
+
+
+def replace_columns(target: tuple[str, str], result: Sequence[Column], table: Sequence[Column],
+                    managed: Sequence[str] = (), widens: Callable[[str, str], bool] | None = None,
+                    catalog: str | None = None, renew: str | None = None) -> list[str]:
+    """The ``ALTER TABLE`` statements that give ``table`` the result's columns, as ``CREATE OR
+    REPLACE`` would: a full rebuild on a substrate without it (Iceberg through DuckDB SQL), run in
+    the rebuild's transaction before its writes. ``managed`` columns (SCD2's) are kept.
+
+    New columns are added first, a retyped column is replaced (widened in place when ``widens(was,
+    now)``, else added under a temporary name, dropped, and the new one renamed), and lost columns
+    are dropped last. The order matters on DuckDB-Iceberg 1.5.5: an ``ALTER`` that brings the table
+    back to a schema it had before reuses that schema's id, and the next ``ALTER`` then fails
+    ("Attempted to add schema with id n, but this already exists"); once a column with a new field
+    id is in the table, no later step can match an earlier schema. When only drops remain and they
+    would lead back to an earlier schema, the executor names a kept column to ``renew``: it is
+    replaced like a retyped one, with its own type (a rebuild deletes every row anyway).
+    """
+    schema, name = target
+    d = drift(result, table, managed)
+    widens = widens or fits
+    out = [add_column(schema, name, col, dtype, catalog) for col, dtype in d.added]
+    for col, was, now in d.changed:
+        if widens(was, now):
+            out.append(widen_column(schema, name, col, now, catalog))
+            continue
+        out += [add_column(schema, name, RETYPED + col, now, catalog), drop_column(schema, name, col, catalog),
+                rename_column(schema, name, RETYPED + col, col, catalog)]
+    types = {n.lower(): t for n, t in table}
+    if renew is not None:
+        out += [add_column(schema, name, RETYPED + renew, types[renew.lower()], catalog),
+                drop_column(schema, name, renew, catalog), rename_column(schema, name, RETYPED + renew, renew, catalog)]
+    out += [drop_column(schema, name, col, catalog) for col, _ in d.removed]
     return out

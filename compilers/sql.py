@@ -44,6 +44,21 @@ def set_partitioned_by(tbl: exp.Table, keys: Sequence[exp.Expr]) -> exp.Command:
     return command("ALTER", "TABLE", tbl, "SET PARTITIONED BY", exp.Tuple(expressions=list(keys)))
 
 
+def create_partitioned(create: exp.Create) -> str:
+    """``CREATE TABLE [IF NOT EXISTS] <tbl> PARTITIONED BY (<keys>) AS <select>``, pretty like :func:`render`.
+
+    ``create`` carries the keys as a ``PartitionedByProperty``, which sqlglot 30's DuckDB generator
+    drops ("Unsupported property"); the clause is rendered from the same AST and put back in place.
+    The tree keeps the statement's parameters visible to :func:`lakewrap.sqltext.parameters`.
+    """
+    props = create.args.get("properties")
+    part = next(p for p in props.expressions if isinstance(p, exp.PartitionedByProperty)) if props else None
+    assert part is not None and create.expression is not None, "not a partitioned CREATE TABLE ... AS"
+    head = render(exp.Create(this=create.this.copy(), kind="TABLE", exists=create.args.get("exists")))
+    keys = _DIALECT.generate(exp.Tuple(expressions=[k.copy() for k in part.this.expressions]), copy=False)
+    return f"{head} PARTITIONED BY {keys} AS\n{render(create.expression.copy())}"
+
+
 def ident(name: str) -> exp.Identifier:
     """A quoted identifier; quotes inside the name are escaped by sqlglot."""
     return exp.to_identifier(name, quoted=True)

@@ -8,7 +8,8 @@ import pytest
 
 from lakewrap.compile import compile_project
 from lakewrap.compilers.artifacts import SchemaCheck
-from lakewrap.compilers.schema import SchemaChangeError, drift, fits, resolve
+from lakewrap.compilers.iceberg import widens
+from lakewrap.compilers.schema import SchemaChangeError, drift, fits, replace_columns, resolve
 
 
 @pytest.mark.parametrize(("src", "dst", "ok"), [
@@ -68,6 +69,30 @@ def test_sync_widens_adds_and_drops() -> None:
         'ALTER TABLE "s"."t" ADD COLUMN "c" TEXT',
         'ALTER TABLE "s"."t" DROP COLUMN "b"',
     ]
+
+
+def test_a_rebuild_adds_first_replaces_retyped_columns_and_drops_last() -> None:
+    """Iceberg through DuckDB: new field ids before any drop, so no step returns to an earlier schema."""
+    table = [("id", "INTEGER"), ("a", "INTEGER"), ("b", "VARCHAR"), ("k", "BIGINT"), ("valid_to", "TIMESTAMP")]
+    result = [("id", "BIGINT"), ("a", "VARCHAR"), ("c", "DOUBLE"), ("k", "INTEGER")]
+    out = replace_columns(("s", "t"), result, table, managed=("valid_to",), widens=widens, catalog="ice")
+    t = '"ice"."s"."t"'
+    assert [s.replace("\n", " ") for s in out] == [
+        f'ALTER TABLE {t} ADD COLUMN "c" DOUBLE',
+        f'ALTER TABLE {t} ALTER COLUMN "id" SET DATA TYPE BIGINT',  # an Iceberg promotion: in place
+        f'ALTER TABLE {t} ADD COLUMN "__lakewrap_retyped_a" TEXT',
+        f'ALTER TABLE {t} DROP COLUMN "a"',
+        f'ALTER TABLE {t} RENAME COLUMN "__lakewrap_retyped_a" TO "a"',
+        f'ALTER TABLE {t} ADD COLUMN "__lakewrap_retyped_k" INT',  # narrower: the table takes the result's type
+        f'ALTER TABLE {t} DROP COLUMN "k"',
+        f'ALTER TABLE {t} RENAME COLUMN "__lakewrap_retyped_k" TO "k"',
+        f'ALTER TABLE {t} DROP COLUMN "b"',  # valid_to is managed (SCD2): kept
+    ]
+    assert replace_columns(("s", "t"), list(reversed(table)), table) == []
+    renewed = replace_columns(("s", "t"), table[:2], table[:3], renew="id", catalog="ice")
+    assert [s.replace("\n", " ") for s in renewed] == [
+        f'ALTER TABLE {t} ADD COLUMN "__lakewrap_retyped_id" INT', f'ALTER TABLE {t} DROP COLUMN "id"',
+        f'ALTER TABLE {t} RENAME COLUMN "__lakewrap_retyped_id" TO "id"', f'ALTER TABLE {t} DROP COLUMN "b"']
 
 
 @pytest.mark.parametrize("mode", ["append_new_columns", "ignore"])

@@ -1,5 +1,5 @@
 """Iceberg write path ``sql`` (DuckDB through the REST adapter): atomicity, conflicts, unknown
-outcomes, concurrent processes, bad inputs.
+outcomes, concurrent processes, bad inputs, full rebuilds' columns, partitioned tables.
 
 Everything runs for real: DuckDB 1.5.5 attached to the test REST adapter (``rest_adapter.py``) over
 a pyiceberg SqlCatalog on SQLite. Races are made deterministic with the executor's
@@ -346,7 +346,13 @@ def test_a_bad_input_fails_clearly_and_writes_nothing(case: str, tmp_path: Path,
 TB = "-- materialized table\nSELECT id, v, ts FROM raw.src\n"
 
 
-def test_a_full_rebuild_replaces_every_row_and_keeps_the_columns(tmp_path: Path, served: str) -> None:
+def fields(lake: IcebergLake, name: str) -> list[tuple[str, str]]:
+    """The table's columns and Iceberg types, read with pyiceberg."""
+    return [(f.name, str(f.field_type)) for f in lake.load(name).schema().fields]  # type: ignore[union-attr]
+
+
+def test_a_full_rebuild_takes_the_selects_columns_in_one_catalog_commit(tmp_path: Path, served: str,
+                                                                       journal: list[tuple[str, ...]]) -> None:
     lake = project(tmp_path, served, {"out/tb.sql": TB})
     source(lake, 2, 5)
     assert run_iceberg_project(tmp_path, now=NOW).ok
@@ -354,16 +360,27 @@ def test_a_full_rebuild_replaces_every_row_and_keeps_the_columns(tmp_path: Path,
     (res,) = run_iceberg_project(tmp_path, now=NOW).results
     assert (res.status, res.rows_inserted, res.rows_deleted) == ("success", 3, 0), res.error
     assert sorted((r["id"], r["v"]) for r in rows_of(lake, "out.tb")) == [(0, 1), (1, 1), (2, 1)]
-    # a column the table lacks: refused, nothing written
-    (tmp_path / "models" / "out" / "tb.sql").write_text(TB.replace("SELECT id, v, ts", "SELECT id, v, ts, 2 AS w"))
-    before = catalog_state(tmp_path)
-    (res,) = run_iceberg_project(tmp_path, now=NOW).results
-    assert res.status == "failed" and "w" in (res.error or "") and catalog_state(tmp_path) == before
-    # a column the result lost: the table keeps it, NULL in the new rows
-    (tmp_path / "models" / "out" / "tb.sql").write_text(TB.replace("SELECT id, v, ts", "SELECT id, ts"))
+    assert res.schema_changes == []
+    # the SELECT drops ts, widens id, retypes v to text and adds w: the table takes exactly its columns
+    model = tmp_path / "models" / "out" / "tb.sql"
+    model.write_text(TB.replace("SELECT id, v, ts", "SELECT CAST(id AS BIGINT) AS id, 'v' || v AS v, id * 2 AS w"))
+    del journal[:]
     (res,) = run_iceberg_project(tmp_path, now=NOW).results
     assert res.status == "success", res.error
-    assert sorted((r["id"], r["v"]) for r in rows_of(lake, "out.tb")) == [(0, None), (1, None), (2, None)]
+    # (by name: new and retyped columns come last, unlike CREATE OR REPLACE; every write is by name)
+    assert sorted(fields(lake, "out.tb")) == [("id", "long"), ("v", "string"), ("w", "int")]
+    source_rows = lake.load("raw.src").scan().to_arrow().to_pylist()  # type: ignore[union-attr]
+    want = sorted((r["id"], f"v{r['v']}", r["id"] * 2) for r in source_rows)
+    assert sorted((r["id"], r["v"], r["w"]) for r in rows_of(lake, "out.tb")) == want
+    assert journal == [("lakewrap.out__tb", "out.tb")]  # columns, rows and state: one catalog commit
+    assert len(res.schema_changes) == 6 and all(st.startswith("ALTER TABLE") for st in res.schema_changes)
+    # and back: v an integer again, ts back, w gone, id narrowed to INTEGER
+    model.write_text(TB)
+    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert res.status == "success", res.error
+    assert sorted(fields(lake, "out.tb")) == [("id", "int"), ("ts", "timestamptz"), ("v", "int")]
+    assert sorted((r["id"], r["v"], r["ts"]) for r in rows_of(lake, "out.tb")) == sorted(
+        (r["id"], r["v"], r["ts"]) for r in source_rows)
 
 
 def test_full_refresh_recomputes_from_scratch_in_one_transaction(tmp_path: Path, served: str,
@@ -379,6 +396,14 @@ def test_full_refresh_recomputes_from_scratch_in_one_transaction(tmp_path: Path,
     assert len(rows_of(lake, "out.ap")) == 4
     assert journal == [("lakewrap.out__ap", "out.ap")]  # delete, insert and state: one catalog commit
     assert state_rows(lake, "out.ap")[-1]["full_refresh"] is True
+    # --full-refresh takes the SELECT's columns, whatever on_schema_change says (default: fail)
+    (tmp_path / "models" / "out" / "ap.sql").write_text(AP.replace("SELECT id, v, ts", "SELECT id, ts, 'x' AS w"))
+    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert res.status == "failed" and "differ" in (res.error or "")
+    (res,) = run_iceberg_project(tmp_path, now=NOW, full_refresh=True).results
+    assert res.status == "success" and res.rows_inserted == 4, res.error
+    assert sorted(fields(lake, "out.ap")) == [("id", "int"), ("ts", "timestamptz"), ("w", "string")]
+    assert sorted((r["id"], r["w"]) for r in rows_of(lake, "out.ap")) == [(i, "x") for i in range(4)]
 
 
 def test_materialize_an_arrow_table_through_the_rest_catalog(tmp_path: Path, served: str) -> None:
@@ -475,3 +500,97 @@ def test_on_schema_change_on_the_sql_path(tmp_path: Path, served: str, journal: 
     fields = {f.name: str(f.field_type) for f in lake.load("out.di").schema().fields}
     assert fields == {"id": "int", "v": "long", "ts": "timestamptz"}
     assert sorted((r["ts"].day, r["v"]) for r in rows_of(lake, "out.di")) == [(d, 4) for d in (1, 1, 2, 2, 3, 3)]
+
+
+# --- partitioned tables -----------------------------------------------------------------------------
+
+MGP = ("-- materialized incremental\n-- unique_key id\n-- partitioned daily key=ts\n"
+       "SELECT id, v, ts FROM raw.src WHERE ts >= $partition_start AND ts < $partition_end\n")
+
+
+def files_by_path(lake: IcebergLake, name: str) -> dict[str, Any]:
+    """The table's live data and delete files, by path, with their partition values (pyiceberg)."""
+    return {f["file_path"]: f["partition"] for f in lake.load(name).inspect.files().to_pylist()}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("model", [DI, MGP], ids=["delete+insert", "merge"])
+def test_a_partitioned_model_creates_its_partition_spec_and_replaces_one_partition(
+        model: str, tmp_path: Path, served: str) -> None:
+    from datetime import date
+
+    lake = project(tmp_path, served, {"out/p.sql": model})
+    source(lake, 3, 4)
+    for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
+        (res,) = run_iceberg_project(tmp_path, partition=day, now=NOW).results
+        assert res.status == "success", res.error
+    table = lake.load("out.p")
+    assert table is not None
+    (field,) = table.spec().fields
+    assert (str(field.transform), table.schema().find_field(field.source_id).name) == ("day", "ts")
+    assert {tuple(p.values()) for p in files_by_path(lake, "out.p").values()} == {
+        (date(2024, 1, d),) for d in (1, 2, 3)}
+    # the middle day again, with new values: only that partition gets files
+    before = files_by_path(lake, "out.p")
+    source(lake, 3, 4, v=7)
+    (res,) = run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW).results
+    assert res.status == "success", res.error
+    added = {p: v for p, v in files_by_path(lake, "out.p").items() if p not in before}
+    assert added and {tuple(v.values()) for v in added.values()} == {(date(2024, 1, 2),)}
+    source_rows = lake.load("raw.src").scan().to_arrow().to_pylist()  # type: ignore[union-attr]
+    want = sorted((r["id"], 7 if r["ts"].day == 2 else 0) for r in source_rows)
+    assert sorted((r["id"], r["v"]) for r in rows_of(lake, "out.p")) == want
+
+
+def test_a_rebuild_that_drops_the_last_added_column_leaves_the_table_alterable(tmp_path: Path, served: str) -> None:
+    """DuckDB 1.5.5 gives a new schema the id current + 1. A drop that brings the table back to an
+    earlier schema makes that schema current again (its id reused), and every later ALTER by DuckDB
+    would then fail ("Attempted to add schema with id n, but this already exists"): the rebuild
+    renews a column instead, so the table never returns to an earlier schema."""
+    lake = project(tmp_path, served, {"out/tb.sql": TB})
+    source(lake, 1, 3)
+    model = tmp_path / "models" / "out" / "tb.sql"
+    for select in ("SELECT id, v, ts", "SELECT id, v, ts, 1 AS w", "SELECT id, v, ts", "SELECT id, v, ts, 'x' AS z",
+                   "SELECT id, ts"):
+        model.write_text(TB.replace("SELECT id, v, ts", select))
+        (res,) = run_iceberg_project(tmp_path, now=NOW).results
+        assert res.status == "success", res.error
+        table = lake.load("out.tb")
+        assert table is not None
+        assert table.metadata.current_schema_id == max(s.schema_id for s in table.metadata.schemas)
+        names = [c.strip().split(" AS ")[-1] for c in select.removeprefix("SELECT ").split(",")]
+        assert sorted(f.name for f in table.schema().fields) == sorted(names)
+        assert sorted(r["id"] for r in rows_of(lake, "out.tb")) == [0, 1, 2]
+
+
+def test_a_table_whose_current_schema_is_an_earlier_one_fails_with_an_explanation(tmp_path: Path,
+                                                                                  served: str) -> None:
+    from pyiceberg.types import StringType
+
+    lake = project(tmp_path, served, {"out/tb.sql": TB})
+    source(lake, 1, 3)
+    assert run_iceberg_project(tmp_path, now=NOW).ok
+    table = lake.load("out.tb")
+    assert table is not None
+    with table.update_schema() as update:  # another client adds a column, then drops it again:
+        update.add_column("tmp", StringType())
+    with lake.load("out.tb").update_schema() as update:  # type: ignore[union-attr]
+        update.delete_column("tmp")
+    metadata = lake.load("out.tb").metadata  # type: ignore[union-attr]
+    assert metadata.current_schema_id < max(s.schema_id for s in metadata.schemas)  # the earlier schema, reused
+    (tmp_path / "models" / "out" / "tb.sql").write_text(TB.replace("SELECT id, v, ts", "SELECT id, v, ts, 1 AS w"))
+    before = catalog_state(tmp_path)
+    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    assert res.status == "failed" and "DuckDB 1.5.5 cannot change the columns of out.tb" in (res.error or "")
+    assert "pyiceberg" in (res.error or "") and catalog_state(tmp_path) == before
+
+
+def test_a_rebuild_cannot_retype_a_partition_source_and_writes_nothing(tmp_path: Path, served: str) -> None:
+    lake = project(tmp_path, served, {"out/p.sql": DI})
+    source(lake, 1, 3)
+    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    retyped = DI.replace("SELECT id, v, ts", "SELECT id, v, CAST(ts AS DATE) AS ts")
+    (tmp_path / "models" / "out" / "p.sql").write_text(retyped)
+    before = catalog_state(tmp_path)
+    (res,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW, full_refresh=True).results
+    assert res.status == "failed" and "referenced by the current partition spec" in (res.error or ""), res.error
+    assert catalog_state(tmp_path) == before and len(rows_of(lake, "out.p")) == 3

@@ -14,8 +14,11 @@ The protocol (DESIGN §5, docs/iceberg.md):
   an unavailable catalog (5xx, unreachable): nothing landed, and the whole transaction is retried
   with capped, jittered backoff. Not found after any other error: a failure, not retried. The
   state table cannot be read: the outcome is unknown, reported, never retried.
-* a model's first run creates its target, empty, in a transaction of its own before the real one
-  (see :meth:`IcebergSqlExecutor._create`).
+* a model's first run creates its target, empty (with its partition spec), in a transaction of its
+  own before the real one (see :meth:`IcebergSqlExecutor._create`);
+* a full rebuild (``table``, ``--full-refresh``) first gives the table the result's columns with
+  ``ALTER TABLE`` statements in its transaction (:meth:`IcebergSqlExecutor._replace`): DuckDB has
+  no ``CREATE OR REPLACE`` for Iceberg and cannot drop and create a table in one transaction.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ CONFLICT = ("Conflict_409", "CommitFailedException", "TableAlreadyExistsError", 
 # ... or could not be reached / answered 5xx (DuckDB's HTTP client has retried already)
 UNAVAILABLE = re.compile(r"_5\d\d\b|HTTP 5\d\d\b|Could not connect|Connection")
 TOKEN_SECRET = "lakewrap_iceberg_token"
+# DuckDB 1.5.5's error when an ALTER numbers its new schema with an id the table has (see renewal)
+SCHEMA_ID_TAKEN = "but this already exists in the table"
 
 
 class Conflict(TransientExecutionError):
@@ -99,6 +104,33 @@ def connect(lake: IcebergLake) -> Any:
         con.close()
         raise
     return con
+
+
+def renewal(table: Any, dropped: list[str]) -> str | None:
+    """A column to renew (see ``compilers.schema.replace_columns``) when dropping ``dropped`` in turn
+    would bring ``table`` (pyiceberg) back to the columns of one of its earlier schemas; None when no
+    step would, or when every kept column is a partition source (a source column cannot be dropped).
+
+    Measured on DuckDB 1.5.5: such a drop makes the earlier schema current again (its id reused, as
+    Iceberg's clients do), and DuckDB then numbers every new schema current + 1, an id that exists:
+    each later ``ALTER`` on the table fails, in this transaction and in every later one.
+    """
+    if table is None:
+        return None
+    current = table.schema()
+    earlier = {frozenset(f.field_id for f in s.fields) for i, s in table.schemas().items() if i != current.schema_id}
+    ids = {f.name.lower(): f.field_id for f in current.fields}
+    left = set(ids.values())
+    for col in dropped:
+        left.discard(ids.get(col.lower(), -1))
+        if frozenset(left) in earlier:
+            break
+    else:
+        return None
+    sources = {f.source_id for spec in table.specs().values() for f in spec.fields}
+    gone = {c.lower() for c in dropped}
+    kept = [f.name for f in current.fields if f.name.lower() not in gone and f.field_id not in sources]
+    return kept[0] if kept else None
 
 
 def conflicted(exc: BaseException) -> bool:
@@ -196,11 +228,16 @@ class IcebergSqlExecutor:
         result.tests.clear()
         result.schema_changes.clear()
         outcomes: list[checks.TestOutcome] = []
-        schema_check = compiled.schema_check
+        # A full rebuild takes the result's columns, as CREATE OR REPLACE would; other runs follow
+        # the model's on_schema_change. Either way inside the transaction, before the first write.
+        replacing = refresh or compiled.strategy == "table"
+        check = compiled.schema_check
+        compare = replacing or check is not None
         for st in statements:
-            if schema_check is not None and st.role in ("bootstrap", "write"):  # before the first write
-                result.schema_changes = self._schema(con, schema_check, compiled, log)
-                schema_check = None
+            if compare and st.role in ("bootstrap", "write"):
+                result.schema_changes = (self._replace(con, compiled, log) if replacing or check is None else
+                                         self._schema(con, check, compiled, log))
+                compare = False
             if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
                 outcome = checks.run_test(con, st, log, compiled.path)
                 outcomes.append(outcome)
@@ -302,9 +339,51 @@ class IcebergSqlExecutor:
         and run the ``ALTER TABLE`` statements the mode calls for (Iceberg's type promotions only);
         they commit with the data. Raises ``SchemaChangeError`` when the mode refuses the change."""
         schema, name = compiled.target.split(".", 1)
+        table, result = self._columns(con, check.relation, compiled, log)
+        statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table, ice.widens, "Iceberg",
+                                        catalog=isql.CATALOG)
+        self._alter(con, statements, compiled, log)
+        return statements
+
+    def _replace(self, con: Any, compiled: CompiledPlan, log: StatementLog) -> list[str]:
+        """A full rebuild (``table``, ``--full-refresh``): the table takes the result's columns --
+        lost ones dropped, new ones added, retyped ones replaced -- with ``ALTER TABLE`` statements
+        in the rebuild's transaction (DuckDB-Iceberg has no ``CREATE OR REPLACE``; a ``DROP TABLE``
+        and ``CREATE TABLE`` cannot share one transaction), so they commit with the new rows."""
+        check = compiled.schema_check
+        managed = check.managed if check else ()
+        schema, name = compiled.target.split(".", 1)
+        table, result = self._columns(con, check.relation if check else STAGE, compiled, log)
+        d = schema_sql.drift(result, table, managed)
+        renew = None
+        if d.removed and not d.added and all(ice.widens(was, now) for _, was, now in d.changed):
+            renew = renewal(self.lake.load(compiled.target), [col for col, _ in d.removed])
+        statements = schema_sql.replace_columns((schema, name), result, table, managed, ice.widens, isql.CATALOG,
+                                                renew)
+        self._alter(con, statements, compiled, log)
+        return statements
+
+    def _alter(self, con: Any, statements: list[str], compiled: CompiledPlan, log: StatementLog) -> None:
+        """Run ``ALTER TABLE`` statements in the open transaction; explain DuckDB 1.5.5's schema-id trap."""
+        for stmt in statements:
+            try:
+                log.run(con, stmt, role="schema")
+            except Exception as exc:
+                if SCHEMA_ID_TAKEN not in str(exc):
+                    raise
+                raise ExecutionError(
+                    f"{compiled.path}: DuckDB 1.5.5 cannot change the columns of {compiled.target}: the table's "
+                    "current schema is an earlier one (a schema change that led back to it reused its id), and "
+                    f"DuckDB numbers a new schema after the current one: {str(exc).splitlines()[0]} (nothing was "
+                    "written)", hint="change the table's columns once with another Iceberg client (pyiceberg "
+                    "`table.update_schema()`), or run the model with write_path = \"pyiceberg\"") from exc
+
+    def _columns(self, con: Any, relation: str | None, compiled: CompiledPlan,
+                 log: StatementLog) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """The target's columns and the result's (staged in ``relation``), each (name, DuckDB type)."""
         table = [(str(r[0]), str(r[1])) for r in log.run(con, isql.describe(compiled.target), role="schema")
                  .fetchall()]
-        relation = check.relation
+        staged = relation
         if relation is None:  # nothing staged: the result's columns from its `LIMIT 0` bootstrap query
             bootstrap = next(st for st in compiled.statements if st.role == "bootstrap")
             params = {k: v.python() for k, v in bootstrap.params.items()}
@@ -313,13 +392,9 @@ class IcebergSqlExecutor:
         result = [(str(r[0]), str(r[1])) for r in log.run(
             con, schema_sql.columns_query(), {"database": "temp", "schema": "main", "name": relation},
             role="schema").fetchall()]
-        if check.relation is None:
+        if staged is None:
             log.run(con, schema_sql.drop_result(), role="schema")
-        statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table, ice.widens, "Iceberg",
-                                        catalog=isql.CATALOG)
-        for stmt in statements:
-            log.run(con, stmt, role="schema")
-        return statements
+        return table, result
 
     # --- helpers --------------------------------------------------------------------------------
 
