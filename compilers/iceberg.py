@@ -129,6 +129,9 @@ class IcebergCompiler(Compiler):
     def table(self, plan: Plan) -> list[Shape]:
         return [self.stage(plan, self.query(plan))]
 
+    def unstaged(self, plan: Plan) -> exp.Query | None:
+        return None  # the commit appends the staged rows: a windowed write always stages them
+
     def delete_insert(self, plan: Plan) -> list[Shape]:
         shapes = self.computing(super().delete_insert(plan))
         return shapes + self.rows(plan, exp.select(exp.Star()).from_(q.table(None, STAGE)), "the window's new rows")

@@ -189,7 +189,8 @@ class Executor:
             log.run(con, sql.ROLLBACK)
             result.status = "unchanged"
             return
-        if stage_rows == 0 and deleted > 0:
+        # an unstaged write's result is what it inserted (compilers/base.py, Compiler.unstaged)
+        if (stage_rows if stage_rows is not None else inserted) == 0 and deleted > 0:
             warning = f"the result is empty but the partition had {deleted} rows; they were removed"
             if self.strict:
                 raise StrictRefusal(f"{compiled.path}: {warning}",
