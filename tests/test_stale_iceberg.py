@@ -330,3 +330,16 @@ def test_stale_cli_and_usage_errors(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["run", "--stale", "--project", str(tmp_path), "--format", "json"])
     assert out.exit_code == 0, out.output
     assert '"partition": "2024-01-02"' in out.output and '"2024-01-01"' not in out.output
+
+
+def test_upstream_model_rebuilt_earlier_is_read_through_its_own_snapshots(tmp_path: Path) -> None:
+    project, _ = small_lake(tmp_path, {k: MODELS[k] for k in ("models/sales/ev.sql", "models/sales/ev_daily.sql")})
+    events(tmp_path).append(arrow({77: (datetime(2024, 1, 2, 3), 4)}))
+    assert project.run(["sales.ev"], partition="2024-01-02").ok  # the downstream is not run
+    (ev, daily) = project.status()
+    assert ev.stale == [] and daily.stale == ["2024-01-02"]
+    assert daily.stale_reasons["2024-01-02"][0].startswith("sales.ev changed after snapshot")
+    report = project.run(stale=True)
+    assert rebuilt(tmp_path, report.run_id) == {"sales.ev_daily": {"2024-01-02"}}
+    day2 = [r for r in scan(tmp_path, "sales.ev_daily") if r["day"] == datetime(2024, 1, 2)]
+    assert [(r["n"], r["v"]) for r in day2] == [(3, 6)]  # its two rows (v=1) and the late one (v=4)

@@ -79,9 +79,15 @@ class Diff:
             self.removed[path] = data_file
 
 
-def file_diff(table: Any, pin: int | None) -> Diff:
-    """The files the snapshots after ``pin`` (None: every snapshot) added and removed, netted."""
-    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
+Entries = list[tuple[bool, str, Any]]  # one snapshot's own changes: (added, path, data file)
+
+
+def file_diff(table: Any, pin: int | None, cache: dict[int, Entries | None] | None = None) -> Diff:
+    """The files the snapshots after ``pin`` (None: every snapshot) added and removed, netted.
+
+    ``cache`` keeps each snapshot's own changes (None: it added or removed a delete file) between
+    calls for several pins of one table.
+    """
     from pyiceberg.table.snapshots import ancestors_of
 
     meta = table.metadata
@@ -98,25 +104,40 @@ def file_diff(table: Any, pin: int | None) -> Diff:
     schemas = {s.schema_id for s in after} | ({meta.snapshot_by_id(pin).schema_id} if pin is not None else set())
     if schemas - {meta.current_schema_id, None}:
         raise Unreadable(f"its schema changed after snapshot {pin}")
+    cache = {} if cache is None else cache
     diff = Diff()
     for snap in after:
         if content_preserving(snap):
             continue
-        for manifest in snap.manifests(table.io):
-            if manifest.added_snapshot_id != snap.snapshot_id:
-                continue  # carried over from an earlier snapshot
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                if entry.snapshot_id != snap.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
-                    continue
-                if manifest.content == ManifestContent.DELETES or entry.data_file.content != DataFileContent.DATA:
-                    diff.deletes = True
-                    return diff
-                path = entry.data_file.file_path
-                if entry.status == ManifestEntryStatus.ADDED:
-                    diff.add(path, entry.data_file)
-                else:
-                    diff.remove(path, entry.data_file)
+        if snap.snapshot_id not in cache:
+            cache[snap.snapshot_id] = own_changes(table, snap)
+        entries = cache[snap.snapshot_id]
+        if entries is None:
+            diff.deletes = True
+            return diff
+        for added, path, data_file in entries:
+            if added:
+                diff.add(path, data_file)
+            else:
+                diff.remove(path, data_file)
     return diff
+
+
+def own_changes(table: Any, snap: Any) -> Entries | None:
+    """The data files ``snap`` itself added and removed (None: it added or removed a delete file)."""
+    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
+
+    out: Entries = []
+    for manifest in snap.manifests(table.io):
+        if manifest.added_snapshot_id != snap.snapshot_id:
+            continue  # carried over from an earlier snapshot
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            if entry.snapshot_id != snap.snapshot_id or entry.status == ManifestEntryStatus.EXISTING:
+                continue
+            if manifest.content == ManifestContent.DELETES or entry.data_file.content != DataFileContent.DATA:
+                return None
+            out.append((entry.status == ManifestEntryStatus.ADDED, entry.data_file.file_path, entry.data_file))
+    return out
 
 
 @dataclass
@@ -129,6 +150,7 @@ class IcebergFeed:
     _tables: dict[str, Any] = field(default_factory=dict)
     _rows: dict[tuple[str, int], Any] = field(default_factory=dict)  # (table, pin) -> changed rows
     _files: dict[str, Any] = field(default_factory=dict)  # data file path -> its rows
+    _snapshots: dict[str, dict[int, Entries | None]] = field(default_factory=dict)  # table -> own_changes
 
     def table(self, name: str) -> Any:
         key = name.lower()
@@ -220,7 +242,7 @@ class IcebergFeed:
                 return _empty()
             raise Unreadable("it is not a table of this catalog now")
         try:
-            diff = file_diff(table, pin)
+            diff = file_diff(table, pin, self._snapshots.setdefault(name.lower(), {}))
             if diff.deletes:  # merge-on-read: the two snapshots' rows, deletes applied
                 added = table.scan().to_arrow()
                 removed = table.scan(snapshot_id=pin).to_arrow() if pin is not None else added.schema.empty_table()
