@@ -45,8 +45,9 @@ MODELS = {
     "main/events.sql": "-- materialized incremental\n-- partitioned daily key=ts start=2024-01-01\n"
                        "SELECT ts, id, v FROM raw.src WHERE ts >= $partition_start AND ts < $partition_end\n",
     "main/events_daily.sql": "-- materialized incremental\n-- partitioned daily key=day start=2024-01-01\n"
-                             "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n, CAST(sum(v) AS BIGINT) AS v "
-                             "FROM main.events WHERE ts >= $partition_start AND ts < $partition_end GROUP BY ALL\n",
+                             "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n, "
+                             "CAST(sum(v) AS BIGINT) AS v FROM main.events "
+                             "WHERE ts >= $partition_start AND ts < $partition_end GROUP BY ALL\n",
 }
 
 

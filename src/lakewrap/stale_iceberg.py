@@ -148,7 +148,7 @@ class IcebergFeed:
     lake: IcebergLake
     con: Any
     _tables: dict[str, Any] = field(default_factory=dict)
-    _rows: dict[tuple[str, int], Any] = field(default_factory=dict)  # (table, pin) -> changed rows
+    _rows: dict[tuple[str, int], Any] = field(default_factory=dict)  # (table, pin) -> rows or Unreadable
     _files: dict[str, Any] = field(default_factory=dict)  # data file path -> its rows
     _snapshots: dict[str, dict[int, Entries | None]] = field(default_factory=dict)  # table -> own_changes
 
@@ -232,8 +232,14 @@ class IcebergFeed:
         as an Arrow table in the current schema; raises :class:`Unreadable`."""
         key = (name.lower(), pin)
         if key not in self._rows:
-            self._rows[key] = self._changed_rows(name, None if pin == NO_PIN else pin)
-        return self._rows[key]
+            try:
+                self._rows[key] = self._changed_rows(name, None if pin == NO_PIN else pin)
+            except Unreadable as exc:  # asked again by each model reading the table: answered once
+                self._rows[key] = exc
+        found = self._rows[key]
+        if isinstance(found, Unreadable):
+            raise found
+        return found
 
     def _changed_rows(self, name: str, pin: int | None) -> Any:
         table = self.table(name)
