@@ -14,8 +14,14 @@ materializations it ran, and how many of the 3 late partitions it repaired (read
 the same stale detection, and checked against the raw table's per-day counts). Between reps the
 lake is brought back to a clean state with an unmeasured ``--stale`` run.
 
+``--substrate iceberg`` runs the same on an embedded Iceberg lake (pyiceberg SqlCatalog): the raw
+table is written with pyiceberg (one append per late partition), and detection alone is timed two
+ways, the snapshot diff ``run --stale`` uses (the files added and removed since each pin) and a
+full diff of the raw table's rows at the pin against its rows now (what delete files fall back to).
+
 Usage:
     python benchmarks/stale.py [--days 365] [--rows-per-day 200] [--reps 3] [--full-reps 1] [--out results.json]
+    python benchmarks/stale.py --substrate iceberg --days 90
 """
 
 from __future__ import annotations
@@ -39,12 +45,31 @@ MODELS = {
     "main/events.sql": "-- materialized incremental\n-- partitioned daily key=ts start=2024-01-01\n"
                        "SELECT ts, id, v FROM raw.src WHERE ts >= $partition_start AND ts < $partition_end\n",
     "main/events_daily.sql": "-- materialized incremental\n-- partitioned daily key=day start=2024-01-01\n"
-                             "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n, sum(v) AS v "
-                             "FROM main.events WHERE ts >= $partition_start AND ts < $partition_end GROUP BY ALL\n",
+                             "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n, "
+                             "CAST(sum(v) AS BIGINT) AS v FROM main.events "
+                             "WHERE ts >= $partition_start AND ts < $partition_end GROUP BY ALL\n",
 }
 
 
+SOURCE = ("SELECT TIMESTAMP '2024-01-01' + to_microseconds((range * (86400000000 // ?))::BIGINT) AS ts, "
+          "range::BIGINT AS id, (range % 7)::INTEGER AS v FROM range(? * ?)")
+LATE = "SELECT CAST(? AS TIMESTAMP) + to_minutes(range) AS ts, ? + range AS id, 1 AS v FROM range(5)"
+ICEBERG = False  # --substrate iceberg
+
+
 def sql(root: Path, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """One statement on the lake; on Iceberg, over views of its tables (read only)."""
+    if ICEBERG:
+        from lakewrap.execute.iceberg import IcebergLake
+
+        ice = IcebergLake.open(root)
+        con = ice.connect()
+        try:
+            with ice.scratch(con, ice.tables()) as (cursor, _):
+                cur = cursor.execute(statement, params) if params is not None else cursor.execute(statement)
+                return list(cur.fetchall())
+        finally:
+            con.close()
     from lakewrap.execute.lake import Lake
 
     lake = Lake.open(root)
@@ -56,15 +81,31 @@ def sql(root: Path, statement: str, params: Any = None) -> list[tuple[Any, ...]]
         lake.close(con)
 
 
+def append_iceberg(root: Path, select: str, params: list[Any], create: bool = False) -> None:
+    """Rows computed by DuckDB, appended to ``raw.src`` with pyiceberg (created first if ``create``)."""
+    import duckdb
+
+    from lakewrap.execute.iceberg import IcebergLake
+
+    rows = duckdb.connect().execute(select, params).to_arrow_table()
+    lake = IcebergLake.open(root)
+    if create:
+        lake.ensure_namespace("raw")
+        lake.catalog().create_table(("raw", "src"), schema=rows.schema)
+    lake.load("raw.src").append(rows)
+
+
 def make_project(root: Path, days: int, rows_per_day: int) -> None:
     for rel, text in MODELS.items():
         path = root / "models" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    if ICEBERG:
+        (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n')
+        append_iceberg(root, SOURCE, [rows_per_day, days, rows_per_day], create=True)
+        return
     sql(root, "CREATE SCHEMA IF NOT EXISTS raw")
-    sql(root, "CREATE TABLE raw.src AS SELECT TIMESTAMP '2024-01-01' + to_microseconds("
-              "(range * (86400000000 // ?))::BIGINT) AS ts, range::BIGINT AS id, (range % 7)::INTEGER AS v "
-              "FROM range(? * ?)", [rows_per_day, days, rows_per_day])
+    sql(root, "CREATE TABLE raw.src AS " + SOURCE, [rows_per_day, days, rows_per_day])
 
 
 def land_late_rows(root: Path, rng: random.Random, days: int, next_id: int) -> tuple[list[str], int]:
@@ -72,8 +113,10 @@ def land_late_rows(root: Path, rng: random.Random, days: int, next_id: int) -> t
     picked = sorted(rng.sample(range(days - 7), 3))
     values = [(FIRST + timedelta(days=d)) for d in picked]
     for i, day in enumerate(values):
-        sql(root, "INSERT INTO raw.src SELECT CAST(? AS TIMESTAMP) + to_minutes(range), ? + range, 1 FROM range(5)",
-            [day.isoformat(), next_id + 10 * i])
+        if ICEBERG:
+            append_iceberg(root, LATE, [day.isoformat(), next_id + 10 * i])
+        else:
+            sql(root, "INSERT INTO raw.src " + LATE, [day.isoformat(), next_id + 10 * i])
     return [d.isoformat() for d in values], next_id + 100
 
 
@@ -97,17 +140,21 @@ def main() -> None:
     parser.add_argument("--rows-per-day", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--full-reps", type=int, default=1)
+    parser.add_argument("--substrate", choices=("ducklake", "iceberg"), default="ducklake")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     import lakewrap
 
+    global ICEBERG
+    ICEBERG = args.substrate == "iceberg"
+
     last_day = FIRST + timedelta(days=args.days - 1)
     end = last_day + timedelta(days=1)
     load = os.getloadavg()
     rng = random.Random(7)
-    out: dict[str, Any] = {"days": args.days, "rows_per_day": args.rows_per_day, "load_before": load,
-                           "strategies": {}}
+    out: dict[str, Any] = {"substrate": args.substrate, "days": args.days, "rows_per_day": args.rows_per_day,
+                           "load_before": load, "strategies": {}}
     with tempfile.TemporaryDirectory(prefix="lakewrap-stale-") as tmp:
         root = Path(tmp)
         make_project(root, args.days, args.rows_per_day)
@@ -150,24 +197,50 @@ def main() -> None:
                 "max": round(max(times), 3), "reps": len(times), "materializations": steps,
                 "late_partitions_repaired_of_3": repaired}
         # detection alone, after late rows in 3 partitions
-        from lakewrap.execute.lake import Lake
-        from lakewrap.stale import detect
-
         late, next_id = land_late_rows(root, rng, args.days, next_id)
-        lake = Lake.open(root, read_only=True)
-        con = lake.connect()
-        try:
-            t0 = time.perf_counter()
-            proj = _load(root)
-            found = detect(con, lake.alias, proj, proj.select(()))
-            out["detect_seconds"] = round(time.perf_counter() - t0, 3)
-            out["detected"] = {k: v.values() for k, v in found.items()}
-        finally:
-            lake.close(con)
+        proj = _load(root)
+        if ICEBERG:
+            out.update(detect_iceberg_both_ways(root, proj))
+        else:
+            out.update(detect_ducklake(root, proj))
     out["load_after"] = os.getloadavg()
     print(json.dumps(out, indent=2, default=str))
     if args.out:
         args.out.write_text(json.dumps(out, indent=2, default=str))
+
+
+def detect_ducklake(root: Path, proj: Any) -> dict[str, Any]:
+    from lakewrap.execute.lake import Lake
+    from lakewrap.stale import detect
+
+    lake = Lake.open(root, read_only=True)
+    con = lake.connect()
+    try:
+        t0 = time.perf_counter()
+        found = detect(con, lake.alias, proj, proj.select(()))
+        return {"detect_seconds": round(time.perf_counter() - t0, 3),
+                "detected": {k: v.values() for k, v in found.items()}}
+    finally:
+        lake.close(con)
+
+
+def detect_iceberg_both_ways(root: Path, proj: Any) -> dict[str, Any]:
+    """Detection with the snapshot (file) diff, then with every pin forced to a full row diff."""
+    from contextlib import nullcontext
+    from unittest import mock
+
+    from lakewrap import stale_iceberg
+
+    out: dict[str, Any] = {}
+    for how in ("files", "full"):
+        force = mock.patch.object(stale_iceberg, "file_diff", lambda *a, **k: stale_iceberg.Diff(deletes=True))
+        with force if how == "full" else nullcontext():
+            t0 = time.perf_counter()
+            found = stale_iceberg.detect_iceberg(root, proj, proj.select(()))
+            out[f"detect_seconds_{how}"] = round(time.perf_counter() - t0, 3)
+        out[f"detected_{how}"] = {k: v.values() for k, v in found.items()}
+    assert out["detected_files"] == out["detected_full"]
+    return out
 
 
 def _load(root: Path) -> Any:

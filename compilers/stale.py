@@ -1,7 +1,8 @@
 """SQL for ``lakewrap run --stale``: which materialized partitions did an upstream change touch?
 
 Pure, like every compiler module: it reads a model's SELECT (a sqlglot AST) and builds the queries
-that :mod:`lakewrap.stale` runs against DuckLake's change feed (``ducklake_table_changes``).
+that :mod:`lakewrap.stale` runs against DuckLake's change feed (``ducklake_table_changes``) and
+that :mod:`lakewrap.stale_iceberg` runs over the rows an Iceberg snapshot diff yields.
 
 The mapping from a changed upstream row to a downstream partition is the model's *own* window
 filter. For each reference to the upstream table in the SELECT, the ``WHERE`` conjuncts of the
@@ -123,16 +124,22 @@ def _bind_to_feed(pred: exp.Expr) -> exp.Expr:
     return tree
 
 
+def _window_columns() -> list[exp.Expr]:
+    """The window bounds as the model compares them: TIMESTAMPTZ, and cast once to TIMESTAMP."""
+    naive = exp.DataType.build(exp.DataType.Type.TIMESTAMP)
+    return [exp.column("window_start"), exp.column("window_end"),
+            exp.alias_(exp.Cast(this=exp.column("window_start"), to=naive.copy()), "window_start_ts"),
+            exp.alias_(exp.Cast(this=exp.column("window_end"), to=naive.copy()), "window_end_ts")]
+
+
 def latest_materializations() -> exp.Select:
     """The latest materialization of each partition of ``$target``: value, window, pin."""
     pin = exp.cast(exp.func("json_extract_string", exp.column("pins"), exp.Literal.string("$.snapshot")), "BIGINT")
     ranked = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("partition_value")],
                         order=exp.Order(expressions=[exp.Ordered(this=exp.column("committed_at"), desc=True)]))
-    naive = exp.DataType.build(exp.DataType.Type.TIMESTAMP)
-    return (exp.select(exp.column("partition_value"), exp.column("window_start"), exp.column("window_end"),
-                       exp.alias_(pin, "pin"), exp.column("committed_at"),
-                       exp.alias_(exp.Cast(this=exp.column("window_start"), to=naive.copy()), "window_start_ts"),
-                       exp.alias_(exp.Cast(this=exp.column("window_end"), to=naive.copy()), "window_end_ts"))
+    start, end, start_ts, end_ts = _window_columns()
+    return (exp.select(exp.column("partition_value"), start, end, exp.alias_(pin, "pin"), exp.column("committed_at"),
+                       start_ts, end_ts)
             .from_(q.table("lakewrap", "materializations"))
             .where(exp.EQ(this=exp.column("target"), expression=q.param("target")))
             .qualify(exp.EQ(this=ranked, expression=exp.Literal.number(1))))
@@ -189,13 +196,50 @@ def touched_partitions(alias: str, schema: str, name: str, window: WindowFilter 
     the pin touches the partition. ``$since`` is the oldest pin of the model's partitions.
     """
     on: exp.Expr = exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.col("pin", LATEST))
+    changes = exp.Subquery(this=effective_changes(alias, schema, name), alias=exp.TableAlias(this=q.ident(CHANGES)))
+    return q.render(_touched(latest_materializations(), changes, on, window))
+
+
+def _touched(latest: exp.Select, changes: exp.Expr, on: exp.Expr, window: WindowFilter | None) -> exp.Select:
+    """The partitions of ``latest`` joined to a changed row of ``changes`` by ``on`` and, with a
+    precise window filter, by the partition's window (one reference's predicate suffices)."""
     if window is not None and window.precise:
         on = exp.and_(on, q.or_all([exp.Paren(this=_bind_to_feed(p)) for p in window.predicates if p is not None]))
-    latest = exp.Subquery(this=latest_materializations(), alias=exp.TableAlias(this=q.ident(LATEST)))
-    changes = exp.Subquery(this=effective_changes(alias, schema, name), alias=exp.TableAlias(this=q.ident(CHANGES)))
-    select = (exp.select(exp.column("partition_value", LATEST)).distinct()
-              .from_(latest).join(changes, on=on, join_type="inner"))
-    return q.render(select)
+    aliased = exp.Subquery(this=latest, alias=exp.TableAlias(this=q.ident(LATEST)))
+    return (exp.select(exp.column("partition_value", LATEST)).distinct()
+            .from_(aliased).join(changes, on=on, join_type="inner"))
+
+
+PIN = "__lakewrap_pin"  # the column of a changed row naming the pin its diff started from
+
+
+def touched_by_rows(latest: str, changes: str, window: WindowFilter | None) -> str:
+    """Partitions of the relation ``latest`` (``partition_value``, ``window_start``, ``window_end``,
+    ``pin``: one partition's latest materialization and its pin of one upstream table) touched by
+    a row of the relation ``changes`` -- the upstream's rows that differ between that pin and now,
+    one set per pin, tagged with it in column ``__lakewrap_pin`` (an Iceberg snapshot diff).
+    """
+    start, end, start_ts, end_ts = _window_columns()
+    rows = exp.select(exp.column("partition_value"), start, end, exp.column("pin"), start_ts, end_ts).from_(
+        exp.Table(this=q.ident(latest)))
+    on = exp.EQ(this=q.col(PIN, CHANGES), expression=q.col("pin", LATEST))
+    return q.render(_touched(rows, exp.Table(this=q.ident(changes), alias=exp.TableAlias(this=q.ident(CHANGES))),
+                             on, window))
+
+
+def net_changes(added: str, removed: str) -> str:
+    """The rows that differ between the relations ``added`` and ``removed`` (multisets, NULLs
+    equal): those of ``added`` not matched by a row of ``removed``, and the other way round.
+
+    A data file rewritten to delete one row (copy-on-write) adds a file holding the other rows
+    again: only the deleted row differs. A rewrite that keeps every row cancels out entirely.
+    """
+    def rows(name: str) -> exp.Select:
+        return exp.select(exp.Star()).from_(exp.Table(this=q.ident(name)))
+
+    return q.render(exp.union(
+        exp.Subquery(this=exp.except_(rows(added), rows(removed), distinct=False)),
+        exp.Subquery(this=exp.except_(rows(removed), rows(added), distinct=False)), distinct=False))
 
 
 def table_identity(alias: str) -> str:

@@ -222,13 +222,6 @@ def test_stale_usage_errors_and_status_cli(tmp_path: Path) -> None:
     assert '"partition": "2024-01-01"' in out.output
 
 
-def test_stale_is_refused_on_iceberg(tmp_path: Path) -> None:
-    (tmp_path / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n')
-    write_project(tmp_path, {"models/sales/ev.sql": MODELS["models/sales/ev.sql"]})
-    with pytest.raises(PlanError, match="--stale: not supported on Iceberg"):
-        lakewrap.Project(tmp_path).run(stale=True)
-
-
 def test_same_table_name_in_two_schemas_and_altered_upstream(tmp_path: Path) -> None:
     # sales.events reads raw.events: a fresh build is not stale although its own table (same name,
     # other schema) was created and altered after its pins; an ALTER of raw.events makes it stale

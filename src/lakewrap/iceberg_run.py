@@ -93,15 +93,23 @@ def run_iceberg_project(
     strict: bool = False,
     now: datetime | None = None,
     run_id: str | None = None,
+    stale: bool = False,
 ) -> RunReport:
-    """Materialize the selected models of an Iceberg project (see :func:`lakewrap.runner.run_project`)."""
+    """Materialize the selected models of an Iceberg project (see :func:`lakewrap.runner.run_project`);
+    ``stale`` runs only the partitions whose inputs changed (:mod:`lakewrap.stale_iceberg`)."""
     root = root.resolve()
     now = now or datetime.now(timezone.utc)
     run_id = run_id or new_run_id(now)
     cache = _Cache.open(root, True)
     project = load_project(root, cache)
     selected = project.select(selectors, exclude)
-    partitions = plan_partitions(selected, partition, start, end)
+    if stale:
+        from lakewrap.stale import plan_stale
+
+        selected, partitions, _ = plan_stale(root, project, selected, partition=partition, start=start, end=end,
+                                             full_refresh=full_refresh)
+    else:
+        partitions = plan_partitions(selected, partition, start, end)
     lake = IcebergLake.open(root)
     report = RunReport(run_id=run_id, started_at=now.isoformat())
     folder = root / "target" / "run" / run_id

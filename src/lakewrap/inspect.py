@@ -141,7 +141,12 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
         def rows_of(target: str) -> list[tuple[Any, ...]]:
             return list(status_rows(ice, target))
 
-        return _status(root, project, selectors, now, rows_of)
+        rows = _status(root, project, selectors, now, rows_of)
+        if any(r.last_run for r in rows):
+            from lakewrap.stale_iceberg import detect_iceberg
+
+            _show_stale(rows, detect_iceberg(root, project, project.select(selectors)))
+        return rows
     lake = Lake.open(root, read_only=True)
     con = lake.connect()
     try:
@@ -150,14 +155,18 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
         if any(r.last_run for r in rows):
             from lakewrap.stale import detect
 
-            found = detect(con, lake.alias, project, project.select(selectors))
-            for r in rows:
-                model = found[r.target.lower()]
-                r.stale = [p or "whole table" for p in model.values()]
-                r.stale_reasons = {p or "whole table": model.partitions[p] for p in model.values()}
+            _show_stale(rows, detect(con, lake.alias, project, project.select(selectors)))
         return rows
     finally:
         lake.close(con)
+
+
+def _show_stale(rows: list[ModelStatus], found: dict[str, Any]) -> None:
+    """Each model's stale partitions (:mod:`lakewrap.stale`), with why."""
+    for r in rows:
+        model = found[r.target.lower()]
+        r.stale = [p or "whole table" for p in model.values()]
+        r.stale_reasons = {p or "whole table": model.partitions[p] for p in model.values()}
 
 
 def _status(root: Path, project: Any, selectors: tuple[str, ...], now: datetime,

@@ -179,14 +179,13 @@ def run_project(
         unsupported = [name for name, given in (("--workers", workers is not None),
                                                 ("--executor", executor != "auto"),
                                                 ("--scheduler", scheduler is not None),
-                                                ("--fail-fast", fail_fast), ("--missing-only", missing_only),
-                                                ("--stale", stale))
+                                                ("--fail-fast", fail_fast), ("--missing-only", missing_only))
                        if given]
         if unsupported:  # the Iceberg runner is serial and knows none of these yet: refuse, never ignore
             raise PlanError(f"{', '.join(unsupported)}: not supported on Iceberg yet",
                             hint="drop the option; on Iceberg, models run one at a time in dependency order")
         report = run_iceberg_project(root, selectors, exclude=exclude, partition=partition, start=start, end=end,
-                                     full_refresh=full_refresh, strict=strict, now=now, run_id=run_id)
+                                     full_refresh=full_refresh, strict=strict, now=now, run_id=run_id, stale=stale)
         report.status = "success" if report.ok else "failed"
         return report
     from lakewrap import scheduler as sched

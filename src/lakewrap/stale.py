@@ -1,27 +1,36 @@
 """``lakewrap run --stale``: the materialized partitions whose inputs changed since they were built.
 
-Each materialization records ``pins`` (the DuckLake snapshot its transaction read) and, for time
-partitions, the window it read (widened by ``lookback``). A partition is stale when one of its
-model's upstream tables changed after that pin, as DuckLake's change feed
-(``ducklake_table_changes``) shows, and the changed row -- inserted, deleted, or either image of
-an updated row -- falls in the partition's recorded window by the model's own window filter
+Each materialization records ``pins`` (the snapshot its transaction read: one DuckLake snapshot,
+or one Iceberg snapshot per upstream table) and, for time partitions, the window it read (widened
+by ``lookback``). A partition is stale when one of its model's upstream tables changed after that
+pin -- as DuckLake's change feed (``ducklake_table_changes``) or an Iceberg snapshot diff
+(:mod:`lakewrap.stale_iceberg`) shows -- and the changed row (inserted, deleted, or either image of
+an updated row) falls in the partition's recorded window by the model's own window filter
 (:mod:`lakewrap.compilers.stale`). Where that mapping cannot be derived the detection is
 conservative: every materialized partition with an older pin is stale. Rebuilding a stale
 partition of a selected upstream model makes the overlapping partitions of its selected
 downstream models stale too. ``docs/maintenance.md`` lists the rules and their limits.
+
+The rules above are :func:`find_stale`; a *feed* (:class:`DuckLakeFeed`, or
+:class:`lakewrap.stale_iceberg.IcebergFeed`) answers the two substrate questions: the latest
+materialization of each partition, and which of them a change of one upstream table touched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lakewrap.errors import PlanError
 from lakewrap.partitions import Grain, parse_partition
 from lakewrap.project import Project
 from lakewrap.spec import ModelSpec, TimePartitioning, ViewStrategy
+
+if TYPE_CHECKING:
+    from lakewrap.compilers.stale import WindowFilter
 
 
 @dataclass
@@ -31,7 +40,21 @@ class Latest:
     partition: str | None
     window_start: datetime | None
     window_end: datetime | None
-    pin: int
+    pin: int  # DuckLake: the lake snapshot it read
+    pins: dict[str, int | None] = field(default_factory=dict)  # Iceberg: each upstream's snapshot (None: empty)
+
+
+class Feed(Protocol):
+    """What :func:`find_stale` asks of a substrate."""
+
+    def latest(self, target: str, whole_table: bool) -> list[Latest]:
+        """The latest materialization of each partition of ``target`` (of the table when ``whole_table``)."""
+
+    def touched(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
+                time_part: bool) -> Iterable[tuple[str | None, str]]:
+        """(partition, reason) for each of ``records`` a change of ``table`` after its pin touched:
+        through ``window`` when it is precise and ``time_part``, any change otherwise; every record
+        (conservatively) when the change cannot be read."""
 
 
 @dataclass
@@ -118,18 +141,68 @@ def _replaced_at(con: Any, alias: str, table: str, since: int) -> int | None:
     return max(int(s) for s in found) if found else None
 
 
+@dataclass
+class DuckLakeFeed:
+    """DuckLake's change feed (``ducklake_table_changes``) from each pin up to snapshot ``until``."""
+
+    con: Any
+    alias: str
+    until: int
+
+    def latest(self, target: str, whole_table: bool) -> list[Latest]:
+        records = latest(self.con, target)
+        if whole_table and records:  # unpartitioned or dynamic: the model's latest materialization
+            last = max(records, key=lambda r: r.pin)
+            records = [Latest(None, None, None, last.pin)]
+        return records
+
+    def touched(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
+                time_part: bool) -> Iterable[tuple[str | None, str]]:
+        from lakewrap.compilers import stale as q
+
+        since = min(r.pin for r in records)
+        schema, name = table.split(".", 1)
+        try:
+            replaced = _replaced_at(self.con, self.alias, table, since)
+        except Exception as exc:  # DuckLake's metadata tables unreadable: assume the worst
+            replaced = None
+            for r in records:
+                yield r.partition, f"{table}: cannot tell whether it was replaced ({exc})"
+        if replaced is not None:
+            for r in records:
+                if r.pin < replaced:
+                    yield r.partition, f"{table} was created, replaced or altered at snapshot {replaced}"
+        try:
+            rows = self.con.execute(q.touched_partitions(self.alias, schema, name, window),
+                                    {"target": target, "since": since, "until": self.until}).fetchall()
+        except Exception as exc:  # no change feed (not a lake table, gone, renamed column): conservative
+            for r in records:
+                yield r.partition, f"{table}: no usable change feed ({str(exc).strip().splitlines()[0]})"
+            return
+        how = "in its window" if window is not None and window.precise else "mapping not derivable: any change counts"
+        touched = {r[0] for r in rows}
+        for r in records:
+            if (r.partition if time_part else None) in touched or (not time_part and rows):
+                yield r.partition, f"{table} changed after snapshot {r.pin} ({how})"
+
+
 def detect(con: Any, alias: str, project: Project, selected: Sequence[ModelSpec],
            until: int | None = None) -> dict[str, StaleModel]:
-    """The stale partitions of each selected model (in ``selected``'s DAG order).
+    """The stale partitions of each selected model of a DuckLake (in ``selected``'s DAG order).
 
     Example:
         >>> found = detect(con, "lake", project, project.select(["orders+"]))  # doctest: +SKIP
         >>> found["sales.orders"].values()  # doctest: +SKIP
         ['2024-01-02']
     """
+    until = current_snapshot(con, alias) if until is None else until
+    return find_stale(DuckLakeFeed(con, alias, until), project, selected)
+
+
+def find_stale(feed: Feed, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
+    """The stale partitions of each selected model (in ``selected``'s DAG order), read from ``feed``."""
     from lakewrap.compilers import stale as q
 
-    until = current_snapshot(con, alias) if until is None else until
     out: dict[str, StaleModel] = {}
     for spec in selected:
         target = spec.target.key
@@ -137,13 +210,9 @@ def detect(con: Any, alias: str, project: Project, selected: Sequence[ModelSpec]
         found = out[target] = StaleModel(str(spec.target), time_part)
         if _is_view(spec):
             continue  # a view reads its upstreams live: never stale
-        records = latest(con, str(spec.target))
-        if not time_part and records:  # unpartitioned or dynamic: the model's latest materialization
-            last = max(records, key=lambda r: r.pin)
-            records = [Latest(None, None, None, last.pin)]
+        records = feed.latest(str(spec.target), not time_part)
         if not records:
             continue  # never materialized: a gap (lakewrap status), not stale
-        since = min(r.pin for r in records)
         select = None
         if time_part and spec.wrapped:  # a literal model's statements are not mapped: conservative
             try:
@@ -153,31 +222,9 @@ def detect(con: Any, alias: str, project: Project, selected: Sequence[ModelSpec]
         sources = _sources(project, spec)
         filters = q.window_filters(select, [t for t, _ in sources]) if select is not None else {}
         for table, direct in sources:
-            schema, name = table.split(".", 1)
-            try:
-                replaced = _replaced_at(con, alias, table, since)
-            except Exception as exc:  # DuckLake's metadata tables unreadable: assume the worst
-                replaced = None
-                for r in records:
-                    found.add(r.partition, f"{table}: cannot tell whether it was replaced ({exc})")
-            if replaced is not None:
-                for r in records:
-                    if r.pin < replaced:
-                        found.add(r.partition, f"{table} was created, replaced or altered at snapshot {replaced}")
             window = filters.get(table.lower()) if direct else None
-            try:
-                rows = con.execute(q.touched_partitions(alias, schema, name, window),
-                                   {"target": str(spec.target), "since": since, "until": until}).fetchall()
-            except Exception as exc:  # no change feed (not a lake table, gone, renamed column): conservative
-                for r in records:
-                    found.add(r.partition, f"{table}: no usable change feed ({str(exc).strip().splitlines()[0]})")
-                continue
-            how = "in its window" if window is not None and window.precise else (
-                "mapping not derivable: any change counts")
-            touched = {r[0] for r in rows}
-            for r in records:
-                if (r.partition if time_part else None) in touched or (not time_part and rows):
-                    found.add(r.partition, f"{table} changed after snapshot {r.pin} ({how})")
+            for partition, reason in feed.touched(str(spec.target), table, records, window, time_part):
+                found.add(partition, reason)
         _propagate(project, spec, records, found, out)
     return out
 
@@ -224,20 +271,31 @@ def plan_stale(root: Any, project: Project, selected: Sequence[ModelSpec], *, pa
                start: str | None, end: str | None, full_refresh: bool
                ) -> tuple[list[ModelSpec], list[list[str | None]], dict[str, StaleModel]]:
     """The models and partitions ``run --stale`` rebuilds: the stale ones, within ``start..end``."""
-    from lakewrap.execute.lake import Lake
-
     if partition is not None:
         raise PlanError("--stale finds the partitions itself; it takes no --partition",
                         hint="drop --partition, or restrict with --start/--end")
     if full_refresh:
         raise PlanError("--stale and --full-refresh do not combine",
                         hint="--full-refresh rebuilds everything; drop one of them")
-    lake = Lake.open(root, read_only=True)
-    con = lake.connect()
-    try:
-        found = detect(con, lake.alias, project, selected)
-    finally:
-        lake.close(con)
+    found = detect_at(root, project, selected)
     restrict(found, project, start, end)
     chosen = [s for s in selected if found[s.target.key].values() and rebuildable(s)]
     return chosen, [found[s.target.key].values() for s in chosen], found
+
+
+def detect_at(root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
+    """:func:`find_stale` on the lake of the project at ``root``, DuckLake or Iceberg."""
+    from lakewrap.config import load_config
+
+    if load_config(root).lake.substrate == "iceberg":
+        from lakewrap.stale_iceberg import detect_iceberg
+
+        return detect_iceberg(root, project, selected)
+    from lakewrap.execute.lake import Lake
+
+    lake = Lake.open(root, read_only=True)
+    con = lake.connect()
+    try:
+        return detect(con, lake.alias, project, selected)
+    finally:
+        lake.close(con)
