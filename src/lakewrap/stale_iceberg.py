@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.execute.iceberg_commit import PREFIX
+from lakewrap.execute.iceberg_commit import COMPACT, MAINTAIN_KEY
 from lakewrap.project import Project
 from lakewrap.spec import ModelSpec
 from lakewrap.stale import Latest, StaleModel, find_stale
@@ -59,7 +59,7 @@ def content_preserving(snapshot: Any) -> bool:
     if summary is None:
         return False
     return bool(summary.operation.value == "replace"
-                or summary.additional_properties.get(PREFIX + "maintain") == "compact")
+                or summary.additional_properties.get(MAINTAIN_KEY) == COMPACT)
 
 
 @dataclass

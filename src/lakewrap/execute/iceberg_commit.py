@@ -46,6 +46,7 @@ PREFIX = "lakewrap."
 # the summary key of a commit ``lakewrap maintain`` made (value "compact"): it changed no row and is
 # not a materialization (it carries no ``lakewrap.commit_id``)
 MAINTAIN_KEY = PREFIX + "maintain"
+COMPACT = "compact"  # MAINTAIN_KEY of a compaction commit: no row changed (lakewrap.maintain_iceberg)
 
 
 class CommitUnknown(ExecutionError):
