@@ -19,6 +19,7 @@ import lakewrap
 from icehouse_sql import RestSqlLakehouse
 from lakehouse import at, daily_window, partition
 from lakeproject import cli
+from lakewrap.errors import StateError
 from test_provenance import V1, V2, ev
 from test_provenance_iceberg import ICE_MODELS, IceHistory
 
@@ -139,6 +140,27 @@ def test_explain_and_compile_as_of(built: SqlHistory) -> None:
     totals = {k: sum(r["amount"] for r in V2 if r["k"] == k) for k in {r["k"] for r in V2}}
     assert got == sorted((r["id"], r["amount"], totals[r["k"]], r["ts"]) for r in V2
                          if w.start <= r["ts"] < w.end and r["amount"] > 0)
+
+
+def test_bad_inputs_are_clear_and_write_nothing(built: SqlHistory) -> None:
+    root = built.house.root
+    project = lakewrap.Project(root)
+    run_b = built.runs[1][0]
+    before = pointers(built)
+    source_snap = load(built, "raw.events").current_snapshot().snapshot_id
+    with pytest.raises(StateError, match="no materialization of run `nope`"):
+        project.restore("m.di", partition=partition(1), to_run="nope")
+    with pytest.raises(StateError, match="no materialization of run `nope`"):
+        project.reproduce("nope")
+    with pytest.raises(StateError, match=f"snapshot {source_snap} of raw.events was not committed by a lakewrap"):
+        project.explain(source_snap)
+    with pytest.raises(StateError, match=f"`m.scd` has no snapshot {source_snap} .it is a snapshot of raw.events"):
+        project.restore("m.scd", to_snapshot=source_snap)
+    with pytest.raises(StateError, match=f"did not materialize partition {partition(0)}"):
+        project.restore("m.di", partition=partition(0), to_run=run_b)
+    with pytest.raises(StateError, match=r"did not materialize `m\.full`"):
+        project.compile(["m.full"], as_of=run_b)
+    assert pointers(built) == before
 
 
 def test_restore_partition_returns_exact_rows_and_leaves_others(built: SqlHistory) -> None:
