@@ -69,7 +69,14 @@ STATE_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("attempt", exp.DataType.Type.INT),
     ("lakewrap_version", exp.DataType.Type.VARCHAR),
     ("tests", exp.DataType.Type.VARCHAR),  # JSON: each data test's name, severity, status, failing rows
+    # provenance (docs/provenance.md): what `lakewrap reproduce` re-executes and `explain` prints
+    ("params", exp.DataType.Type.VARCHAR),  # JSON: the values bound to the statements' parameters
+    ("statements", exp.DataType.Type.VARCHAR),  # JSON: the plan's statements (role, sql, note)
+    ("schema_changes", exp.DataType.Type.VARCHAR),  # JSON: the ALTER TABLE statements on_schema_change ran
+    ("provenance", exp.DataType.Type.VARCHAR),  # JSON: e.g. a restore's {"restored_from": {...}}
 )
+# Columns added after the first state tables were created: each plan adds them where missing.
+ADDED_COLUMNS = ("params", "statements", "schema_changes", "provenance")
 
 
 def state_table_name(target: str) -> str:
@@ -110,12 +117,7 @@ class IcebergSqlCompiler(Compiler):
         """The shared shapes, the state table's setup first and the state row last."""
         shapes = super().shapes(plan)
         target = str(plan.model.target)
-        setup = [s for s in shapes if s.role == "setup"]
-        setup += [Shape("setup", exp.Create(this=exp.Table(db=q.ident(STATE_SCHEMA), catalog=q.ident(CATALOG)),
-                                            kind="SCHEMA", exists=True),
-                        "lakewrap's namespace (before BEGIN: a table cannot be created in a namespace "
-                        "created in the same transaction)"),
-                  Shape("setup", state_ddl(target), "the target's state table")]
+        setup = [s for s in shapes if s.role == "setup"] + state_setup(target)
         body = [s for s in shapes if s.role != "setup"]
         return [*setup, *body, Shape("write", record_state(target), STATE_NOTE)]
 
@@ -139,10 +141,29 @@ class IcebergSqlCompiler(Compiler):
         )
 
 
+def state_setup(target: str) -> list[Shape]:
+    """The setup statements of every plan writing ``target`` (a restore's too): lakewrap's namespace,
+    the target's state table, and the columns a state table created by an earlier lakewrap lacks."""
+    return [Shape("setup", exp.Create(this=exp.Table(db=q.ident(STATE_SCHEMA), catalog=q.ident(CATALOG)),
+                                      kind="SCHEMA", exists=True),
+                  "lakewrap's namespace (before BEGIN: a table cannot be created in a namespace "
+                  "created in the same transaction)"),
+            Shape("setup", state_ddl(target), "the target's state table"),
+            *(Shape("setup", upgrade_state(target, c), "a state table created before this column had none")
+              for c in ADDED_COLUMNS)]
+
+
 def state_ddl(target: str) -> exp.Create:
     """``CREATE TABLE IF NOT EXISTS "ice"."lakewrap"."<schema>__<name>" (...)``."""
     columns = [exp.ColumnDef(this=q.ident(c), kind=exp.DataType.build(t)) for c, t in STATE_COLUMNS]
     return exp.Create(this=exp.Schema(this=state_table(target), expressions=columns), kind="TABLE", exists=True)
+
+
+def upgrade_state(target: str, column: str) -> exp.Alter:
+    """``ALTER TABLE <state table> ADD COLUMN IF NOT EXISTS "<column>" <type>`` (a no-op when it has it)."""
+    dtype = dict(STATE_COLUMNS)[column]
+    col = exp.ColumnDef(this=q.ident(column), kind=exp.DataType.build(dtype), exists=True)
+    return exp.Alter(this=state_table(target), kind="TABLE", actions=[col])
 
 
 def record_state(target: str) -> exp.Insert:

@@ -18,6 +18,8 @@ Facts measured on DuckDB/DuckLake 1.5.5 that shape these statements:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
@@ -30,6 +32,9 @@ SCRATCH = "lakewrap_scratch"
 INTERNAL_PREFIX = "__lakewrap_"
 
 _WRITES = (exp.Create, exp.Insert, exp.Delete, exp.Update, exp.Merge)
+# One snapshot for every read (DuckLake numbers snapshots globally), or one per table
+# (``schema.name``, lower case: Iceberg snapshot ids are per table; a table not named is read live).
+Versions = int | Mapping[str, int]
 
 
 def parse(text: str) -> exp.Expr:
@@ -70,13 +75,23 @@ def _is_lake_table(tbl: exp.Table, ctes: set[str]) -> bool:
     return not (not tbl.db and tbl.name.lower() in ctes)
 
 
-def is_target(tbl: exp.Table, target: tuple[str, str]) -> bool:
+def is_target(tbl: exp.Table, target: tuple[str, str], catalog: str | None = None) -> bool:
+    """Whether ``tbl`` names ``target`` (in ``catalog``: Iceberg through DuckDB names tables in three parts)."""
     schema, name = target
-    return tbl.name.lower() == name.lower() and (tbl.db or "main").lower() == schema.lower() and not tbl.catalog
+    return (tbl.name.lower() == name.lower() and (tbl.db or "main").lower() == schema.lower()
+            and (tbl.catalog or "").lower() == (catalog or "").lower())
 
 
-def pin_reads(text: str, version: int, target: tuple[str, str] | None = None) -> str:
-    """Statement ``text`` with every read of a lake table at ``AT (VERSION => version)``.
+def _version(tbl: exp.Table, version: Versions) -> int | None:
+    if isinstance(version, int):
+        return version
+    return version.get(f"{tbl.db or 'main'}.{tbl.name}".lower())
+
+
+def pin_reads(text: str, version: Versions, target: tuple[str, str] | None = None,
+              catalog: str | None = None) -> str:
+    """Statement ``text`` with every read of a lake table at ``AT (VERSION => version)`` (or at
+    ``version[schema.name]``: a table it does not name is left live).
 
     Left as they are: the table the statement writes, reads of ``target`` (the model's own table,
     which a run writes and reads live), CTE names, table functions, lakewrap's temporary tables and
@@ -92,19 +107,24 @@ def pin_reads(text: str, version: int, target: tuple[str, str] | None = None) ->
     for tbl in list(tree.find_all(exp.Table)):
         if tbl is written or not _is_lake_table(tbl, ctes):
             continue
-        if target is not None and is_target(tbl, target):
+        if target is not None and is_target(tbl, target, catalog):
             continue
-        tbl.set("when", at_version(version))
+        if (pin := _version(tbl, version)) is None:
+            continue
+        tbl.set("when", at_version(pin))
         changed = True
     return q.render(tree) if changed else text
 
 
-def scratch_statement(text: str, version: int, target: tuple[str, str]) -> str | None:
-    """A recorded statement rewritten to run in scratch space: ``target`` becomes the scratch copy
-    ``lakewrap_scratch.<schema>.<name>``, every other lake table is read at ``version``.
+def scratch_statement(text: str, version: Versions, target: tuple[str, str],
+                      catalog: str | None = None) -> str | None:
+    """A recorded statement rewritten to run in scratch space: ``target`` (in ``catalog``) becomes
+    the scratch copy ``lakewrap_scratch.<schema>.<name>``, every other lake table is read at
+    ``version`` (see :func:`pin_reads`).
 
     None for statements a reproduction skips: commands (``ALTER TABLE ... SET PARTITIONED BY``, a
-    physical layout) and ``CREATE SCHEMA``.
+    physical layout), ``ALTER`` (the recorded schema changes are replayed by :func:`scratch_alter`)
+    and ``CREATE SCHEMA``.
     """
     tree = parse(text)
     if isinstance(tree, exp.Command | exp.Alter):
@@ -115,11 +135,25 @@ def scratch_statement(text: str, version: int, target: tuple[str, str]) -> str |
     for tbl in list(tree.find_all(exp.Table)):
         if not isinstance(tbl.this, exp.Identifier) or not tbl.name:
             continue
-        if tbl.args.get("when") is None and is_target(tbl, target):
+        if tbl.args.get("when") is None and is_target(tbl, target, catalog):
             tbl.set("db", q.ident(target[0]))
             tbl.set("catalog", q.ident(SCRATCH))
-        elif _is_lake_table(tbl, ctes) and not isinstance(tree, exp.Drop):
-            tbl.set("when", at_version(version))
+        elif (_is_lake_table(tbl, ctes) and not isinstance(tree, exp.Drop)
+              and (pin := _version(tbl, version)) is not None):
+            tbl.set("when", at_version(pin))
+    return q.render(tree)
+
+
+def scratch_alter(text: str, target: tuple[str, str], catalog: str | None = None) -> str | None:
+    """A recorded ``ALTER TABLE`` of ``target`` (an ``on_schema_change`` column change) applied to
+    the scratch copy instead; None for anything else."""
+    tree = parse(text)
+    if not isinstance(tree, exp.Alter) or not isinstance(tree.this, exp.Table):
+        return None
+    if not is_target(tree.this, target, catalog):
+        return None
+    tree.this.set("db", q.ident(target[0]))
+    tree.this.set("catalog", q.ident(SCRATCH))
     return q.render(tree)
 
 
@@ -149,9 +183,17 @@ def scratch_schema(schema: str) -> str:
                                exists=True))
 
 
-def at(schema: str, name: str, version: int) -> exp.Table:
-    """``"schema"."name" AT (VERSION => n)``."""
+def lake_table(schema: str, name: str, catalog: str | None = None) -> exp.Table:
+    """``"schema"."name"``, or ``"catalog"."schema"."name"``."""
     tbl = q.table(schema, name)
+    if catalog is not None:
+        tbl.set("catalog", q.ident(catalog))
+    return tbl
+
+
+def at(schema: str, name: str, version: int, catalog: str | None = None) -> exp.Table:
+    """``"schema"."name" AT (VERSION => n)`` (in three parts with ``catalog``)."""
+    tbl = lake_table(schema, name, catalog)
     tbl.set("when", at_version(version))
     return tbl
 
@@ -161,15 +203,22 @@ def probe(source: exp.Table) -> str:
     return q.render(q.limit_zero(exp.select(exp.Star(), copy=False).from_(source, copy=False)))
 
 
-def probe_at(schema: str, name: str, version: int) -> str:
+def probe_at(schema: str, name: str, version: int, catalog: str | None = None) -> str:
     """``SELECT * FROM t AT (VERSION => n) LIMIT 0``: fails when the table did not exist then; gives its columns."""
-    return q.render(q.limit_zero(exp.select(exp.Star(), copy=False).from_(at(schema, name, version), copy=False)))
+    return q.render(q.limit_zero(exp.select(exp.Star(), copy=False).from_(at(schema, name, version, catalog),
+                                                                          copy=False)))
 
 
-def copy_to_scratch(schema: str, name: str, version: int) -> str:
+def copy_to_scratch(schema: str, name: str, version: int, catalog: str | None = None) -> str:
     """``CREATE TABLE lakewrap_scratch.s.t AS SELECT * FROM s.t AT (VERSION => n)``."""
-    select = exp.select(exp.Star(), copy=False).from_(at(schema, name, version), copy=False)
+    select = exp.select(exp.Star(), copy=False).from_(at(schema, name, version, catalog), copy=False)
     return q.render(exp.Create(this=scratch_table(schema, name), kind="TABLE", expression=select))
+
+
+def empty_scratch(schema: str, name: str) -> str:
+    """``DELETE FROM lakewrap_scratch.s.t``: a ``--full-refresh`` on Iceberg through DuckDB deletes
+    every row of the table in its transaction before the statements run."""
+    return q.render(exp.Delete(this=scratch_table(schema, name)))
 
 
 def _rows(source: exp.Table, columns: tuple[str, ...]) -> exp.Select:
@@ -194,8 +243,9 @@ def content_digest(source: exp.Table, columns: tuple[str, ...]) -> str:
 # --- restore ---------------------------------------------------------------------------------------
 
 
-def restore_statements(schema: str, name: str, version: int, key: str | None) -> tuple[CompiledStatement, ...]:
-    """Put the rows ``schema.name`` held at snapshot ``version`` back, as new writes.
+def restore_statements(schema: str, name: str, version: int, key: str | None,
+                       catalog: str | None = None) -> tuple[CompiledStatement, ...]:
+    """Put the rows ``schema.name`` (in ``catalog``) held at snapshot ``version`` back, as new writes.
 
     With ``key`` only the rows whose ``key`` falls in ``[$partition_start, $partition_end)`` are
     replaced (one partition); without it, every row. The old rows are staged before the DELETE (see
@@ -207,15 +257,15 @@ def restore_statements(schema: str, name: str, version: int, key: str | None) ->
         return exp.and_(exp.GTE(this=q.col(key), expression=window_bound("partition_start")),
                         exp.LT(this=q.col(key), expression=window_bound("partition_end")), copy=False)
 
-    old = exp.select(exp.Star(), copy=False).from_(at(schema, name, version), copy=False)
+    old = exp.select(exp.Star(), copy=False).from_(at(schema, name, version, catalog), copy=False)
     if (cond := window()) is not None:
         old = old.where(cond, copy=False)
     stage = exp.Create(this=q.table(None, STAGE), kind="TABLE", replace=True,
                        properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=old)
-    delete = exp.Delete(this=q.table(schema, name))
+    delete = exp.Delete(this=lake_table(schema, name, catalog))
     if (cond := window()) is not None:
         delete.set("where", exp.Where(this=cond))
-    insert = exp.Insert(this=q.table(schema, name), by_name=True,
+    insert = exp.Insert(this=lake_table(schema, name, catalog), by_name=True,
                         expression=exp.select(exp.Star(), copy=False).from_(q.table(None, STAGE), copy=False))
     what = "the partition's rows" if key else "every row"
     return (

@@ -44,16 +44,33 @@ def _explain_text(items: list[Any]) -> str:
         params = m.params
         if params:
             lines.append("-- params:     " + ", ".join(f"${k} = {v.type} '{v.value}'" for k, v in params.items()))
-        lines += [RULE, "BEGIN TRANSACTION;", ""]
+        lines += [RULE]
+        begun = not m.statements
         if not m.statements:
+            lines += ["BEGIN TRANSACTION;", ""]
             lines.append(f"-- (not recorded: {m.extra_info['statements_omitted']})" if m.extra_info.get(
                 "statements_omitted") else "-- (the statements of this sql_sha256 are not in the lake's records)")
-        for i, st in enumerate(m.statements, 1):
+        ddl = _ddl(m)
+        statements = list(m.statements)
+        if ddl[0]:  # --full-refresh: before the plan's statements
+            statements.insert(0, ddl[0])
+        at = next((i for i, st in enumerate(statements) if st.get("role") in ("bootstrap", "write")), len(statements))
+        statements[at:at] = ddl[1]  # on_schema_change: before the first write, where the executor ran it
+        # Iceberg through DuckDB runs its setup statements before BEGIN, each committed on its own
+        begin = next((i for i, st in enumerate(statements) if st.get("role") != "setup"), len(statements)) \
+            if m.extra_info.get("write_path") == "sql" else 0
+        for i, st in enumerate(statements, 1):
+            if not begun and i - 1 >= begin:
+                lines += ["BEGIN TRANSACTION;", ""]
+                begun = True
             lines.append(f"-- [{i}] {st.get('role')}" + (f": {st['note']}" if st.get("note") else ""))
-            lines.append(str(st["sql"]).rstrip().rstrip(";") + ";")
+            if st.get("sql"):
+                lines.append(str(st["sql"]).rstrip().rstrip(";") + ";")
             lines.append("")
+        if not begun:
+            lines += ["BEGIN TRANSACTION;", ""]
         commits = m.extra_info.get("commits") or []
-        for i, op in enumerate(commits, len(m.statements) + 1):  # Iceberg: pyiceberg operations, as comments
+        for i, op in enumerate(commits, len(statements) + 1):  # Iceberg: pyiceberg operations, as comments
             commit = CommitOp.model_validate(op)
             lines += [f"-- [{i}] commit" + (f": {commit.note}" if commit.note else ""), f"--   {commit.line()}", ""]
         if commits:
@@ -62,6 +79,33 @@ def _explain_text(items: list[Any]) -> str:
         else:
             lines += ["COMMIT;", ""]
     return "\n".join(lines)
+
+
+def _ddl(m: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """What changed the table's DDL outside the plan's statements, as statements to print: the
+    ``--full-refresh`` (None without one) and the changes ``on_schema_change`` made."""
+    from lakewrap.compilers import iceberg_sql as isql
+    from lakewrap.compilers import lake as sql
+
+    schema, _, name = m.target.partition(".")
+    refresh = None
+    if m.extra_info.get("full_refresh") in (True, "true"):
+        note = "--full-refresh: the table was rebuilt from empty"
+        if m.extra_info.get("write_path") == "sql":  # Iceberg through DuckDB: every row deleted first
+            refresh = {"role": "refresh", "note": note, "sql": isql.delete_all(m.target)}
+        elif "base_snapshot" in m.extra_info:  # pyiceberg: the commit overwrote every row
+            refresh = {"role": "refresh", "note": note + " (the commit overwrote every row)"}
+        else:
+            refresh = {"role": "refresh", "note": note, "sql": sql.drop_table(schema, name)}
+    changes = m.extra_info.get("schema_changes") or []
+    if isinstance(changes, dict):  # pyiceberg: applied by the commit's update_schema
+        from lakewrap.compilers.schema import Changes
+
+        said = Changes(add=changes.get("add", []), widen=changes.get("widen", []), drop=changes.get("drop", []),
+                       leave_out=changes.get("leave_out", [])).describe()
+        return refresh, [{"role": "schema", "note": "on_schema_change, applied by the commit (pyiceberg "
+                          "update_schema): " + "; ".join(said)}]
+    return refresh, [{"role": "schema", "note": "on_schema_change", "sql": text} for text in changes]
 
 
 @click.command("explain")
@@ -160,13 +204,14 @@ def emit_as_of(plans: list[Any], warnings: list[str], fmt: str, as_of: str) -> N
         sys.stdout.write(plans_json(plans))
         return
     what = f"-- as of {'snapshot' if as_of.strip().lstrip('-').isdigit() else 'run'} {as_of.strip()}: "
-    if plans and plans[0].substrate == "iceberg":
+    if plans and plans[0].substrate == "iceberg" and plans[0].write_path != "sql":
         head = what + "every upstream is a view at its pinned snapshot (the setup statements)\n"
         for p in plans:
             head += "".join(f"-- pin: {st.note}\n" for st in p.statements if st.role == "setup"
                             and (st.note or "").startswith("pinned upstream"))
     else:
-        head = what + "every upstream read is pinned with AT (VERSION => n)\n"
+        head = what + "every upstream read is pinned with AT (VERSION => n)" + (
+            " (an Iceberg snapshot id per table)\n" if plans and plans[0].substrate == "iceberg" else "\n")
     sys.stdout.write(head + plans_sql(plans))
 
 

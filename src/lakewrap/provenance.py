@@ -35,16 +35,17 @@ COMMANDS = "explain, reproduce, restore and compile --as-of"
 
 def substrate(root: Path, command: str) -> Literal["ducklake", "iceberg"]:
     """The lake's substrate: ``ducklake`` (records in lakewrap's tables) or ``iceberg`` (records in
-    snapshot summaries, :mod:`lakewrap.provenance_iceberg`); anything else is refused."""
+    snapshot summaries, :mod:`lakewrap.provenance_iceberg`, or in state tables on write path
+    ``sql``, :mod:`lakewrap.provenance_iceberg_sql`); anything else is refused."""
     from lakewrap.config import load_config
 
     cfg = load_config(root).lake
-    if cfg.substrate == "iceberg" and cfg.write_path != "sql":
+    if cfg.substrate == "iceberg":  # either write path: lakewrap.provenance_iceberg(_sql)
         return "iceberg"
     if cfg.substrate == "ducklake":
         return "ducklake"
-    raise UnsupportedError(  # pragma: no cover - no other substrate or write path runs yet
-        f"`lakewrap {command}` is implemented for DuckLake and Iceberg (write path pyiceberg) lakes only",
+    raise UnsupportedError(  # pragma: no cover - no other substrate runs yet
+        f"`lakewrap {command}` is implemented for DuckLake and Iceberg lakes only",
         hint=f"{COMMANDS} read the records lakewrap's own commits carry",
     )
 
@@ -407,13 +408,21 @@ def _reproduce_iceberg(root: Path, run_id: str, target: str | None, partition: s
         raise unknown_run(run_id)
     found = select_materializations(found, run_id, target, partition)
     lake = records.lake
-    con = lake.connect()
+    if lake.config.write_path == "sql":
+        from lakewrap.execute.iceberg_sql import connect
+        from lakewrap.provenance_iceberg_sql import reproduce_one as replay
+
+        con = connect(lake)
+        one: Any = partial(replay, con)
+    else:
+        con = lake.connect()
+        one = partial(reproduce_one, lake, con)
     try:
         results = []
         for m in found:
             out = _reproduction(m, None)
             if out.status == "ERROR":
-                _guarded(out, lake.redact, partial(reproduce_one, lake, con, m, out))
+                _guarded(out, lake.redact, partial(one, m, out))
             results.append(out)
         return ReproduceReport(run_id, results)
     finally:
@@ -472,6 +481,13 @@ def compare(con: Any, mine: Any, table: Any, out: Reproduction) -> None:
     out.status = "MATCH" if same else "MISMATCH"
 
 
+def replay_alters(con: Any, alters: list[str], target: tuple[str, str], catalog: str | None = None) -> None:
+    """The ``ALTER TABLE`` statements ``on_schema_change`` ran, applied to the scratch copy."""
+    for text in alters:
+        if (alter := sqlp.scratch_alter(text, target, catalog)) is not None:
+            con.execute(alter)
+
+
 def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
     out = _reproduction(m, m.pins.get("snapshot"))
     if out.status == "SKIPPED":
@@ -491,11 +507,15 @@ def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
             existed = True
         except Exception:  # the table did not exist before this materialization (its first run)
             existed = False
-        if existed:
+        if existed and not m.extra_info.get("full_refresh"):  # --full-refresh dropped it first
             con.execute(sqlp.copy_to_scratch(schema, name, pin))
+        alters = [str(a) for a in m.extra_info.get("schema_changes", [])]
         for st in m.statements:
             if st.get("role") == "test":
                 continue
+            if alters and st.get("role") in ("bootstrap", "write"):  # where on_schema_change ran them
+                replay_alters(con, alters, (schema, name))
+                alters = []
             text = sqlp.scratch_statement(st["sql"], pin, (schema, name))
             if text is not None:
                 con.execute(*bound(text, m.params))

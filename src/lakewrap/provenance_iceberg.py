@@ -27,7 +27,7 @@ from lakewrap.provenance_record import decode
 if TYPE_CHECKING:
     from lakewrap.provenance import Materialization, Reproduction
 
-_JSON_KEYS = ("params", "tests", "restored_from")
+_JSON_KEYS = ("params", "tests", "restored_from", "schema_changes")
 
 
 @dataclass
@@ -51,8 +51,13 @@ class IcebergRecords:
             from lakewrap.iceberg_state import materializations
 
             out = []
-            for name in self.lake.tables():
-                out += [to_materialization(name, d) for d in materializations(self.lake.load(name))]
+            if self.lake.config.write_path == "sql":  # records in the state tables
+                from lakewrap.provenance_iceberg_sql import materializations as recorded
+
+                out = recorded(self.lake)
+            else:
+                for name in self.lake.tables():
+                    out += [to_materialization(name, d) for d in materializations(self.lake.load(name))]
             out.sort(key=lambda m: (m.committed_at, m.target, m.partition or ""))
             self._all = out
         return self._all
@@ -126,7 +131,12 @@ def pinned_plan(lake: IcebergLake, plan: CompiledPlan, pins: dict[str, int | Non
     """``plan`` with the scratch session's view of each pinned upstream first (``setup`` statements:
     ``CREATE OR REPLACE VIEW s.t AS SELECT * FROM iceberg_scan(<metadata>, snapshot_from_id => n)``),
     and, when given, the parameter values a run bound. The model's own statements are unchanged: on
-    Iceberg every read goes through those views."""
+    Iceberg every read goes through those views. On write path ``sql`` the reads are pinned in the
+    statements instead (:func:`lakewrap.provenance_iceberg_sql.pinned_plan`)."""
+    if plan.write_path == "sql":
+        from lakewrap.provenance_iceberg_sql import pinned_plan as pinned_sql
+
+        return pinned_sql(plan, pins, params)
     setup = []
     for name, sid in sorted(pins.items()):
         if name == plan.target:
@@ -193,9 +203,13 @@ def reproduce_one(lake: IcebergLake, con: Any, m: Materialization, out: Reproduc
         if m.strategy == "restore":
             source = m.extra_info.get("restored_from", {}).get("snapshot")
             cursor.register(sqlp.RESTORE_SOURCE, table.scan(snapshot_id=int(source)).to_arrow())
+        changes = m.extra_info.get("schema_changes")
         for st in m.statements:
             if st.get("role") == "test":
                 continue
+            if changes and base is not None and st.get("role") == "bootstrap":  # where the executor decided them
+                replay_changes(cursor, changes, m.target, table.metadata_location, base)
+                changes = None
             cursor.execute(*bound(st["sql"], params))
         committed = ice.scan(table.metadata_location, m.snapshot_id)
         cursor.execute(sqlp.empty_like(sqlp.REPRO, committed.copy()))
@@ -205,6 +219,23 @@ def reproduce_one(lake: IcebergLake, con: Any, m: Materialization, out: Reproduc
             cursor.execute(*bound(sqlp.kept_rows(sqlp.REPRO, schema, name, where), params))
         cursor.execute(*bound(sqlp.appended_rows(sqlp.REPRO, op.rows), params))
         compare(cursor, sqlp.repro_table(), committed, out)
+
+
+def replay_changes(cursor: Any, recorded: dict[str, Any], target: str, location: str, base: int) -> None:
+    """``on_schema_change``'s recorded changes in the scratch session, as the executor made them: new
+    columns left out of the stage, and the target's view at ``base`` evolved (columns dropped,
+    widened, added as NULL) as the commit's ``update_schema`` evolved the table."""
+    from lakewrap.compilers import schema as schema_sql
+
+    changes = schema_sql.Changes(add=[(c, t) for c, t in recorded.get("add", [])],
+                                 widen=[(c, t) for c, t in recorded.get("widen", [])],
+                                 drop=list(recorded.get("drop", [])), leave_out=list(recorded.get("leave_out", [])))
+    for col in changes.leave_out:
+        cursor.execute(schema_sql.drop_column(None, recorded["relation"], col))
+    schema, _, name = target.partition(".")
+    columns = [(str(c), str(t)) for c, t in cursor.execute(
+        schema_sql.columns_query(), {"database": None, "schema": schema, "name": name}).fetchall()]
+    cursor.execute(ice.evolved_view(schema, name, location, base, columns, changes))
 
 
 # --- restore ----------------------------------------------------------------------------------------

@@ -92,10 +92,17 @@ def restore(root: Path, model: str, *, partition: str | None = None, to_run: str
         raise PlanError(f"`{target}` has {why}: a restore replaces the whole table",
                         hint="drop --partition")
     if kind == "iceberg":
-        from lakewrap.provenance_iceberg import restore_plan
+        from lakewrap.config import load_config
 
         version = _iceberg_restore_version(root, target, window, to_run, to_snapshot)
-        plan = restore_plan(spec, target, key, version, window)
+        if load_config(root).lake.write_path == "sql":
+            from lakewrap.provenance_iceberg_sql import restore_plan as sql_plan
+
+            plan = sql_plan(spec, target, key, version, window)
+        else:
+            from lakewrap.provenance_iceberg import restore_plan
+
+            plan = restore_plan(spec, target, key, version, window)
     else:
         version = _ducklake_restore_version(root, spec, target, window, to_run, to_snapshot)
         schema, name = spec.target.schema_name, spec.target.name
@@ -118,7 +125,11 @@ def restore(root: Path, model: str, *, partition: str | None = None, to_run: str
 
     out.run_id = run_id or new_run_id(datetime.now(timezone.utc))
     provenance = {"restored_from": {"snapshot": version, "run_id": to_run}}
-    if kind == "iceberg":
+    if kind == "iceberg" and plan.write_path == "sql":
+        from lakewrap.provenance_iceberg_sql import run_restore as run_sql
+
+        out.result = run_sql(root, plan, provenance, out.run_id)
+    elif kind == "iceberg":
         from lakewrap.provenance_iceberg import run_restore
 
         out.result = run_restore(root, plan, version, provenance, out.run_id)

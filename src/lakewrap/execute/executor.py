@@ -217,11 +217,17 @@ class Executor:
                 "statements": json.dumps([s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements]),
             })
         commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (see last_committed_snapshot)
-        extra = {"run_id": self.run_id, "model": compiled.path, "target": compiled.target,
-                 "partition": result.partition, "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
-                 "pins": pins, "lakewrap_version": __version__, "commit_id": commit_id,
-                 # the values bound to the statements' parameters: `lakewrap reproduce` binds them again
-                 "params": {k: v.value for st in compiled.statements for k, v in st.params.items()}}
+        extra: dict[str, Any] = {
+            "run_id": self.run_id, "model": compiled.path, "target": compiled.target, "partition": result.partition,
+            "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256, "pins": pins,
+            "lakewrap_version": __version__, "commit_id": commit_id,
+            # the values bound to the statements' parameters: `lakewrap reproduce` binds them again
+            "params": {k: v.value for st in compiled.statements for k, v in st.params.items()}}
+        # statements outside the plan that changed the table's DDL: `reproduce` replays them
+        if drop_first:
+            extra["full_refresh"] = True
+        if result.schema_changes:
+            extra["schema_changes"] = result.schema_changes
         message = f"lakewrap {compiled.strategy} {compiled.target}" + (
             f" partition {result.partition}" if result.partition else "")
         log.run(con, sql.set_commit_message(self.lake.alias),

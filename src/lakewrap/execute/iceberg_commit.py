@@ -178,6 +178,11 @@ class IcebergExecutor:
             "watermark": window.end if window and window.kind == "dynamic" else "",
             "started_at": started_at.isoformat(), "attempt": str(attempt), "lakewrap_version": __version__,
             "full_refresh": "true" if refresh else "",
+            # on_schema_change's changes (the commit's update_schema): `reproduce` applies them again
+            "schema_changes": json.dumps({"add": changes.add, "widen": changes.widen, "drop": changes.drop,
+                                          "leave_out": changes.leave_out,
+                                          "relation": compiled.schema_check.relation if compiled.schema_check
+                                          else None}, sort_keys=True) if changes else "",
             "tests": json.dumps([{k: t[k] for k in ("name", "line", "severity", "status", "failures")}
                                  for t in result.tests]) if result.tests else "",
         }

@@ -47,6 +47,7 @@ from lakewrap.execute.executor import Result, StrictRefusal
 from lakewrap.execute.iceberg import TOKEN_ENV, IcebergLake
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import RetryPolicy
+from lakewrap.provenance_record import params_of
 
 # What DuckDB 1.5.5 reports when the REST catalog refused the transaction's requirements (a
 # concurrent commit changed a table it writes): nothing of the transaction landed.
@@ -155,8 +156,10 @@ class IcebergSqlExecutor:
     before_commit: Callable[[Any], None] | None = None
 
     def materialize(self, con: Any, compiled: CompiledPlan, *, reads: tuple[str, ...] = (),
-                    drop_first: bool = False, inputs: dict[str, Any] | None = None) -> Result:
-        """Execute ``compiled``; a failure is returned as a ``failed`` :class:`Result`, nothing written."""
+                    drop_first: bool = False, inputs: dict[str, Any] | None = None,
+                    provenance: dict[str, Any] | None = None) -> Result:
+        """Execute ``compiled``; a failure is returned as a ``failed`` :class:`Result`, nothing written.
+        ``provenance`` is recorded in the state row (a restore names the run and snapshot it restored)."""
         started = time.perf_counter()
         window = compiled.window
         result = Result(model=compiled.path, target=compiled.target, partition=window.value if window else None,
@@ -169,7 +172,7 @@ class IcebergSqlExecutor:
                 result.attempts = attempt
                 tried = time.perf_counter()
                 try:
-                    self._attempt(con, compiled, reads, result, log, attempt, drop_first)
+                    self._attempt(con, compiled, reads, result, log, attempt, drop_first, provenance)
                     break
                 except Exception as exc:
                     self._rollback(con, log)
@@ -202,7 +205,7 @@ class IcebergSqlExecutor:
     # --- one attempt ----------------------------------------------------------------------------
 
     def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
-                 log: StatementLog, attempt: int, refresh: bool) -> None:
+                 log: StatementLog, attempt: int, refresh: bool, provenance: dict[str, Any] | None = None) -> None:
         statements = list(compiled.statements)
         try:
             while statements and statements[0].role == "setup":  # before BEGIN, each committed on its own
@@ -274,6 +277,12 @@ class IcebergSqlExecutor:
                     "lakewrap_version": __version__,
                     "tests": json.dumps([{k: t.to_dict()[k] for k in ("name", "severity", "line", "status", "failures")}
                                          for t in outcomes]),
+                    # what `lakewrap reproduce` re-executes: lakewrap.provenance_iceberg_sql
+                    "params": json.dumps(params_of(compiled), sort_keys=True),
+                    "statements": json.dumps([s.model_dump(mode="json", exclude={"params"})
+                                              for s in compiled.statements]),
+                    "schema_changes": json.dumps(result.schema_changes),
+                    "provenance": json.dumps(provenance or {}, sort_keys=True),
                 }
                 log.run(con, st.sql, {isql.STATE_PREFIX + k: v for k, v in state.items()}, role=st.role)
                 continue

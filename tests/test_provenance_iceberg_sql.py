@@ -1,0 +1,246 @@
+"""Provenance on Iceberg's DuckDB-SQL write path (a REST catalog, the test adapter over a pyiceberg
+SqlCatalog): explain, reproduce, restore and compile --as-of read the state tables.
+
+The models and source history of ``test_provenance_iceberg.py``. References are computed without the
+code under test: table content read with pyiceberg ``scan(snapshot_id=...)`` through a catalog of
+the test's own, state rows read with a plain pyiceberg scan of the state table, and every table's
+metadata location before and after.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lakewrap
+from icehouse_sql import RestSqlLakehouse
+from lakehouse import at, daily_window, partition
+from lakeproject import cli
+from lakewrap.errors import StateError
+from test_provenance import V1, V2, ev
+from test_provenance_iceberg import ICE_MODELS, IceHistory
+
+STATE = "lakewrap.m__di"
+
+
+class SqlHistory(IceHistory):
+    def __init__(self, root: Path) -> None:
+        self.house = RestSqlLakehouse(root, ICE_MODELS)  # type: ignore[assignment]
+        self.runs = []
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    h = SqlHistory(tmp_path_factory.mktemp("prov-sql") / "proj")
+    h.build()
+    yield h
+    h.house.close()  # type: ignore[attr-defined]
+
+
+def load(h: SqlHistory, name: str) -> Any:
+    return h.house.ice.load(name)
+
+
+def rows(h: SqlHistory, name: str, snapshot_id: int | None = None, day: int | None = None) -> list[Any]:
+    t = load(h, name)
+    data = (t.scan(snapshot_id=snapshot_id) if snapshot_id is not None else t.scan()).to_arrow().to_pylist()
+    if day is not None:
+        w = daily_window(partition(day), "ts")
+        data = [r for r in data if w.start <= r["ts"] < w.end]
+    return sorted(tuple(sorted(r.items())) for r in data)
+
+
+def pointers(h: SqlHistory) -> dict[str, str]:
+    """Every table's metadata location: any commit changes it."""
+    return {n: load(h, n).metadata_location for n in h.house.ice.tables()}
+
+
+def state_of(h: SqlHistory, target: str) -> list[dict[str, Any]]:
+    schema, _, name = target.partition(".")
+    return load(h, f"lakewrap.{schema}__{name}").scan().to_arrow().to_pylist()  # type: ignore[no-any-return]
+
+
+def test_reproduce_matches_every_strategy_after_a_history(built: SqlHistory) -> None:
+    root = built.house.root
+    before = pointers(built)
+    seen = set()
+    for run_id, committed in built.runs:
+        report = lakewrap.Project(root).reproduce(run_id)
+        got = {(r.target, r.partition): r for r in report.results}
+        assert {k: r.snapshot_id for k, r in got.items()} == {(r.target, r.partition): r.snapshot_id
+                                                               for r in committed}, run_id
+        for r in report.results:
+            seen.add(r.strategy)
+            assert r.status == "MATCH", r
+            assert r.only_in_reproduction == r.only_in_table == 0 and r.digest_reproduced == r.digest_table
+            assert r.rows_in_table == r.rows_reproduced == len(rows(built, r.target, r.snapshot_id))
+            (row,) = [s for s in state_of(built, r.target) if s["run_id"] == run_id
+                      and s["partition_value"] == r.partition]
+            assert r.pin == row["base_snapshot"]
+        assert report.ok
+    assert seen == {"table", "delete+insert", "merge", "append", "snapshot"}
+    assert pointers(built) == before, "reproduce wrote to the lake"
+    # a later change of the source must not matter: every read is pinned to what the run read
+    built.source([ev(9, "z", 999, 0, 3, 3), ev(10, "z", 1, 1, 3, 3)])
+    run_id = built.runs[3][0]
+    assert all(r.status == "MATCH" for r in lakewrap.Project(root).reproduce(run_id).results)
+
+
+def test_explain_and_compile_as_of(built: SqlHistory) -> None:
+    root = built.house.root
+    run_id, committed = built.runs[3]  # V2, partition 1
+    res = next(r for r in committed if r.target == "m.joined")
+    (row,) = [s for s in state_of(built, "m.joined") if s["run_id"] == run_id]
+    code, out, _ = cli("explain", str(res.snapshot_id), "--project", str(root), "--format", "json")
+    (m,) = json.loads(out)
+    assert code == 0 and (m["run_id"], m["target"], m["partition"], m["strategy"], m["snapshot_id"]) == (
+        run_id, "m.joined", partition(1), "delete+insert", res.snapshot_id)
+    assert m["pins"] == json.loads(row["pins"]) and set(m["pins"]) == {"raw.events"}
+    assert m["sql_sha256"] == row["sql_sha256"] == res.sql_sha256
+    assert m["extra_info"]["base_snapshot"] == str(row["base_snapshot"])
+    assert m["extra_info"]["commit_id"] == row["commit_id"]
+    assert m["params"]["partition_start"] == daily_window(partition(1), "ts").start.isoformat()
+    # the statements are those the plan holds: the model compiled now has the same sql_sha256
+    (plan,) = lakewrap.Project(root).compile(["m.joined"], partition=partition(1))
+    assert plan.write_path == "sql" and plan.sql_sha256 == m["sql_sha256"]
+    assert [s["sql"] for s in m["statements"]] == [s.sql for s in plan.statements]
+    # the commit's first snapshot (DuckDB's DELETE) names it too
+    first = load(built, "m.joined").metadata.snapshot_by_id(res.snapshot_id).parent_snapshot_id
+    assert json.loads(cli("explain", str(first), "--project", str(root), "--format", "json")[1])[0]["run_id"] == run_id
+    code, text, _ = cli("explain", run_id, "--project", str(root))
+    assert code == 0 and text.count("-- run:        " + run_id) == len(committed) and "COMMIT;" in text
+    # the setup statements ran before BEGIN, each committed on its own
+    assert text.index('CREATE TABLE IF NOT EXISTS "ice"."lakewrap"."m__') < text.index("BEGIN TRANSACTION;")
+
+    # compile --as-of: every upstream read at its pin, the target live
+    pin = json.loads(row["pins"])["raw.events"]
+    code, out, err = cli("compile", "m.joined", "--partition", partition(1), "--as-of", run_id,
+                         "--project", str(root), "--no-cache")
+    assert code == 0, err
+    assert out.count(f"\"ice\".raw.events AS e AT (VERSION => {pin})") == 1
+    assert out.count(f"AT (VERSION => {pin})") == 3  # the CTE's read, the join's subquery, the IN (SELECT ...)
+    assert 'DELETE FROM "ice"."m"."joined"' in out and '"ice"."m"."joined" AT' not in out
+    # the pinned stage runs through the REST catalog and reads the source as the run did (V2), not now
+    (pinned,) = lakewrap.Project(root).compile(["m.joined"], partition=partition(1), as_of=run_id)
+    (by_snap,) = lakewrap.Project(root).compile(["m.joined"], partition=partition(1), as_of=str(res.snapshot_id))
+    stage = next(st for st in pinned.statements if st.role == "stage")
+    assert stage.sql == next(st for st in by_snap.statements if st.role == "stage").sql
+    from lakewrap.execute.iceberg_sql import connect
+
+    con = connect(built.house.ice)
+    try:
+        con.execute(stage.sql, {k: v.python() for k, v in stage.params.items()})
+        got = sorted(con.execute("SELECT * FROM __lakewrap_stage").fetchall())
+    finally:
+        con.close()
+    w = daily_window(partition(1), "ts")
+    totals = {k: sum(r["amount"] for r in V2 if r["k"] == k) for k in {r["k"] for r in V2}}
+    assert got == sorted((r["id"], r["amount"], totals[r["k"]], r["ts"]) for r in V2
+                         if w.start <= r["ts"] < w.end and r["amount"] > 0)
+
+
+def test_bad_inputs_are_clear_and_write_nothing(built: SqlHistory) -> None:
+    root = built.house.root
+    project = lakewrap.Project(root)
+    run_b = built.runs[1][0]
+    before = pointers(built)
+    source_snap = load(built, "raw.events").current_snapshot().snapshot_id
+    with pytest.raises(StateError, match="no materialization of run `nope`"):
+        project.restore("m.di", partition=partition(1), to_run="nope")
+    with pytest.raises(StateError, match="no materialization of run `nope`"):
+        project.reproduce("nope")
+    with pytest.raises(StateError, match=f"snapshot {source_snap} of raw.events was not committed by a lakewrap"):
+        project.explain(source_snap)
+    with pytest.raises(StateError, match=f"`m.scd` has no snapshot {source_snap} .it is a snapshot of raw.events"):
+        project.restore("m.scd", to_snapshot=source_snap)
+    with pytest.raises(StateError, match=f"did not materialize partition {partition(0)}"):
+        project.restore("m.di", partition=partition(0), to_run=run_b)
+    with pytest.raises(StateError, match=r"did not materialize `m\.full`"):
+        project.compile(["m.full"], as_of=run_b)
+    assert pointers(built) == before
+
+
+def test_restore_partition_returns_exact_rows_and_leaves_others(built: SqlHistory) -> None:
+    root = built.house.root
+    run_b = built.runs[1][0]  # partition 1 with V1
+    snap_b = next(r.snapshot_id for r in built.runs[1][1] if r.target == "m.di")
+    expected = rows(built, "m.di", snap_b, day=1)
+    assert expected != rows(built, "m.di", day=1), "the history must have changed partition 1"
+    day0 = rows(built, "m.di", day=0)
+    before = pointers(built)
+    code, out, _ = cli("restore", "m.di", "--partition", partition(1), "--to", run_b, "--dry-run",
+                       "--project", str(root))
+    assert code == 0 and f'FROM "ice"."m"."di" AT (VERSION => {snap_b})' in out
+    assert pointers(built) == before, "--dry-run wrote to the lake"
+    snaps_before = {s.snapshot_id for s in load(built, "m.di").snapshots()}
+
+    out_ = lakewrap.Project(root).restore("m.di", partition=partition(1), to_run=run_b)
+
+    assert rows(built, "m.di", day=1) == expected
+    assert rows(built, "m.di", day=0) == day0
+    after = pointers(built)
+    changed = {n for n in after if after[n] != before.get(n)}
+    assert changed == {"m.di", STATE}, "only the target and its state table changed"
+    new = [s for s in load(built, "m.di").snapshots() if s.snapshot_id not in snaps_before]
+    assert new and out_.result.snapshot_id == new[-1].snapshot_id
+    (row,) = [s for s in state_of(built, "m.di") if s["run_id"] == out_.run_id]
+    assert (row["strategy"], row["partition_value"]) == ("restore", partition(1))
+    assert json.loads(row["provenance"]) == {"restored_from": {"snapshot": snap_b, "run_id": run_b}}
+    # the restore is itself a materialization: explain names it, reproduce rebuilds it
+    (m,) = lakewrap.Project(root).explain(out_.result.snapshot_id)
+    assert (m.run_id, m.strategy, m.extra_info["restored_from"]["run_id"]) == (out_.run_id, "restore", run_b)
+    (r,) = lakewrap.Project(root).reproduce(out_.run_id).results
+    assert r.status == "MATCH", r
+
+
+def test_reproduce_mismatch_when_a_pin_is_altered(built: SqlHistory) -> None:
+    """Last: it rewrites the recorded pins (the state table overwritten with pyiceberg)."""
+    import pyarrow as pa
+
+    root = built.house.root
+    first = next(r for r in state_of(built, "m.di") if r["run_id"] == built.runs[1][0])  # V1, partition 1
+    run_id = built.runs[3][0]  # V2, partition 1: id 5 appeared in it, id 4 changed
+    code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
+    assert code == 0 and json.loads(out)["results"][0]["status"] == "MATCH"
+    state = load(built, STATE)
+    data = state.scan().to_arrow()
+    pins = [first["pins"] if r == run_id else p
+            for r, p in zip(data.column("run_id").to_pylist(), data.column("pins").to_pylist(), strict=True)]
+    assert pins != data.column("pins").to_pylist()
+    state.overwrite(data.set_column(data.schema.get_field_index("pins"), "pins", pa.array(pins, pa.string())))
+    code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
+    (r,) = json.loads(out)["results"]
+    assert code == 1 and r["status"] == "MISMATCH"
+    # at the old pin partition 1 of the source held ids 3, 4 (V1); the table holds 3, 4, 5 (V2), 4 changed;
+    # partition 0 (ids 1, 2) is the same in both
+    assert (r["only_in_reproduction"], r["only_in_table"]) == (1, 2)
+
+
+def test_state_table_of_an_earlier_lakewrap_is_upgraded(tmp_path: Path) -> None:
+    """A state table created before the provenance columns existed: the next run adds them (the plan's
+    `ADD COLUMN IF NOT EXISTS` setup) and commits; the old rows are said to have no statements."""
+    house = RestSqlLakehouse(tmp_path / "proj", {"m/di.sql": ICE_MODELS["m/di.sql"]})
+    try:
+        h = SqlHistory.__new__(SqlHistory)
+        h.house, h.runs = house, []
+        h.source(V1)
+        old = h.run(["m.di"], at(3), partition(0))
+        state = house.ice.load(STATE)
+        with state.update_schema(allow_incompatible_changes=True) as update:
+            for column in ("params", "statements", "schema_changes", "provenance"):
+                update.delete_column(column)
+        assert "statements" not in house.ice.load(STATE).schema().column_names
+        new = h.run(["m.di"], at(3), partition(1))
+        assert "statements" in house.ice.load(STATE).schema().column_names
+        project = lakewrap.Project(house.root)
+        (r_old,) = project.reproduce(old).results
+        assert r_old.status == "ERROR" and "not in the state table" in (r_old.detail or "")
+        (r_new,) = project.reproduce(new).results
+        assert r_new.status == "MATCH", r_new
+        (m_old,) = project.explain(old)
+        assert m_old.statements == [] and m_old.extra_info.get("params") is None
+    finally:
+        house.close()
