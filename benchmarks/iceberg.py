@@ -4,7 +4,8 @@ Workload: ``raw.orders`` (order_id, customer_id, amount DECIMAL(18,2), status, c
 updated_at) over 90 days, N rows, in an Iceberg lake (pyiceberg SqlCatalog on SQLite, local
 warehouse) and in a DuckLake (DuckDB-file catalog), both built by the same DuckDB SQL. Then:
 
-- merge: ``raw.delta`` holds 1% of the orders with a new status and amount, plus N/90 new orders;
+- merge: ``raw.delta`` holds 1% of the orders (``--delta-percent``) with a new status and amount,
+  plus N/90 new orders;
   the model ``-- unique_key order_id`` over ``raw.delta`` merges it into a target that holds all
   N orders (built by the same model's first run over the full source). Measured: lakewrap on
   Iceberg (DuckDB computes the matched and new rows, one pyiceberg overwrite by key), lakewrap on
@@ -55,7 +56,7 @@ FROM range({n}) t(i)
 DELTA = """
 SELECT order_id, customer_id, amount + 1 AS amount, 'shipped' AS status, created_at,
        TIMESTAMP '2024-04-01' AS updated_at
-FROM ({source}) WHERE order_id % 100 = 7
+FROM ({source}) WHERE order_id % 100 < {percent}
 UNION ALL
 SELECT ({n} + i)::BIGINT, (i % 997)::INTEGER, CAST(1.5 AS DECIMAL(18, 2)), 'placed',
        TIMESTAMP '2024-03-31' + INTERVAL (i % 86400) SECOND, TIMESTAMP '2024-03-31' + INTERVAL (i % 86400) SECOND
@@ -137,13 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-upsert", action="store_true", help="skip pyiceberg upsert() (slow at 1M rows)")
+    parser.add_argument("--delta-percent", type=int, default=1, help="orders updated by the merge's delta, in %%")
+    parser.add_argument("--merge-only", action="store_true", help="measure the merge only")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     n, reps = (100_000, 2) if args.quick else (args.rows, args.reps)
     source = SOURCE.format(n=n)
     orders = arrow(source)
-    delta = arrow(DELTA.format(source=source, n=n))
-    out: dict[str, Any] = {"rows": n, "delta_rows": delta.num_rows, "reps": reps}
+    delta = arrow(DELTA.format(source=source, n=n, percent=args.delta_percent))
+    out: dict[str, Any] = {"rows": n, "delta_rows": delta.num_rows, "delta_percent": args.delta_percent, "reps": reps}
     with tempfile.TemporaryDirectory(prefix="lakewrap-bench-ice-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         ice, icesql, duck = work / "iceberg", work / "iceberg_sql", work / "ducklake"
@@ -181,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
                 return time.perf_counter() - start
 
             out["merge"]["pyiceberg_upsert"] = median(upsert, reps)
-        out["partition_replace"] = each("sales.daily", "2024-03-30")
-        out["full_rebuild"] = each("sales.full")
+        if not args.merge_only:
+            out["partition_replace"] = each("sales.daily", "2024-03-30")
+            out["full_rebuild"] = each("sales.full")
     merge = out["merge"]
     if "pyiceberg_upsert" in merge:
         out["goal_merge_20x_faster_than_upsert"] = merge["pyiceberg_upsert"] / merge["lakewrap_iceberg"] >= 20

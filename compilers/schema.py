@@ -108,6 +108,21 @@ def stage_result(bootstrap_sql: str) -> str:
                                expression=query))
 
 
+def describe(database: str | None, schema: str, name: str) -> str:
+    """``DESCRIBE <database>.<schema>.<name>``: a table's columns and types, as ``duckdb_columns()``
+    spells them. Unlike ``duckdb_columns()``, which loads every table of every attached catalog
+    (13-22 ms on a DuckLake of 26 tables, more on larger lakes), it loads only this table -- and
+    fails, aborting the transaction, when the table does not exist."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
+    tbl = q.table(schema, name)
+    if database is not None:
+        tbl.set("catalog", q.ident(database))
+    return q.render(exp.Describe(this=tbl))
+
+
 def drop_result() -> str:
     from sqlglot import exp
 

@@ -103,14 +103,17 @@ def record(con: Any, log: StatementLog, run_id: str, compiled: CompiledPlan, par
         })
 
 
-def check_schema(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog) -> list[str]:
+def check_schema(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog,
+                 *, bootstrapped: bool = False) -> list[str]:
     """Compare the result with the live table and run what ``on_schema_change`` calls for.
 
     Returns the statements run (``ALTER TABLE ...``); raises ``SchemaChangeError`` when the mode
     refuses the change. A table that does not exist yet has no columns: nothing to compare.
+    ``bootstrapped``: the plan's ``CREATE TABLE IF NOT EXISTS`` has run, so the table exists (a new
+    one with the result's own columns) and is read with ``DESCRIBE``.
     """
     schema, name = compiled.target.split(".", 1)
-    result, table = _columns(con, check, compiled, log)
+    result, table = _columns(con, check, compiled, log, exists=bootstrapped)
     if not table:
         return []
     statements = schema_sql.resolve(check, compiled.path, (schema, name), result, table)
@@ -129,13 +132,19 @@ def schema_changes(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: St
     return schema_sql.changes(check, compiled.path, (schema, name), result, table, widens, substrate), table
 
 
-def _columns(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog,
+def _columns(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog, *, exists: bool = False,
              ) -> tuple[list[schema_sql.Column], list[schema_sql.Column]]:
-    """(the result's columns, the target's columns), both as DuckDB reads them; no table: []."""
+    """(the result's columns, the target's columns), both as DuckDB reads them; no table: [].
+
+    ``exists``: the target is known to exist, so ``DESCRIBE`` reads it; otherwise ``duckdb_columns()``
+    (an empty answer for a missing table, where ``DESCRIBE`` would abort the transaction).
+    """
     schema, name = compiled.target.split(".", 1)
-    query = sql.columns_query()
-    table = [(str(r[0]), str(r[1])) for r in log.run(con, query, {"database": None, "schema": schema, "name": name},
-                                                     role="schema").fetchall()]
+    if exists:
+        table = _describe(con, log, None, schema, name)
+    else:
+        table = [(str(r[0]), str(r[1])) for r in log.run(
+            con, sql.columns_query(), {"database": None, "schema": schema, "name": name}, role="schema").fetchall()]
     if not table:
         return [], []
     relation = check.relation
@@ -144,8 +153,11 @@ def _columns(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: Statemen
         params = {k: v.python() for k, v in bootstrap.params.items()}
         log.run(con, sql.stage_result(bootstrap.sql), params or None, role="schema")
         relation = schema_sql.RESULT
-    result = [(str(r[0]), str(r[1])) for r in log.run(
-        con, query, {"database": "temp", "schema": "main", "name": relation}, role="schema").fetchall()]
+    result = _describe(con, log, "temp", "main", relation)
     if check.relation is None:
         log.run(con, sql.drop_result(), role="schema")
     return result, table
+
+
+def _describe(con: Any, log: StatementLog, database: str | None, schema: str, name: str) -> list[schema_sql.Column]:
+    return [(str(r[0]), str(r[1])) for r in log.run(con, sql.describe(database, schema, name), role="schema").fetchall()]

@@ -153,7 +153,7 @@ class Executor:
             schema, name = compiled.target.split(".", 1)
             log.run(con, sql.drop_table(schema, name))
         for st in compiled.statements:
-            if schema_check is not None and st.role in ("bootstrap", "write"):  # before the first write
+            if schema_check is not None and st.role == "write":  # a plan without a bootstrap
                 result.schema_changes = checks.check_schema(con, schema_check, compiled, log)
                 schema_check = None
             if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
@@ -168,6 +168,11 @@ class Executor:
             cursor = self._execute(con, st, log)
             if st.role == "stage" and stage_rows is None:  # the first stage holds the SELECT's rows
                 stage_rows = log.run(con, sql.count_rows(None, STAGE)).fetchone()[0]
+            if schema_check is not None and st.role == "bootstrap":
+                # right after CREATE TABLE IF NOT EXISTS, before any other bootstrap (SET PARTITIONED
+                # BY names the key) or write: the table exists, so DESCRIBE reads it cheaply
+                result.schema_changes = checks.check_schema(con, schema_check, compiled, log, bootstrapped=True)
+                schema_check = None
             if st.effect is None:
                 continue
             n = int(cursor.fetchone()[0])
