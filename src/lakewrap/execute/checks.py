@@ -160,4 +160,5 @@ def _columns(con: Any, check: SchemaCheck, compiled: CompiledPlan, log: Statemen
 
 
 def _describe(con: Any, log: StatementLog, database: str | None, schema: str, name: str) -> list[schema_sql.Column]:
-    return [(str(r[0]), str(r[1])) for r in log.run(con, sql.describe(database, schema, name), role="schema").fetchall()]
+    rows = log.run(con, sql.describe(database, schema, name), role="schema").fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
