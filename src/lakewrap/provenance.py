@@ -513,12 +513,15 @@ def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
         for st in m.statements:
             if st.get("role") == "test":
                 continue
-            if alters and st.get("role") in ("bootstrap", "write"):  # where on_schema_change ran them
+            if alters and st.get("role") == "write":  # where on_schema_change ran them: see Executor
                 replay_alters(con, alters, (schema, name))
                 alters = []
             text = sqlp.scratch_statement(st["sql"], pin, (schema, name))
             if text is not None:
                 con.execute(*bound(text, m.params))
+            if alters and st.get("role") == "bootstrap":  # ... or right after CREATE TABLE IF NOT EXISTS
+                replay_alters(con, alters, (schema, name))
+                alters = []
         compare(con, sqlp.scratch_table(schema, name), sqlp.at(schema, name, snapshot_id), out)
 
     try:
