@@ -133,3 +133,20 @@ def test_on_schema_change_ignore_keeps_the_stage(tmp_path: Path) -> None:
     """``ignore`` leaves a new column out of the staged copy; an unstaged INSERT would carry it."""
     header = DAILY + "-- on_schema_change ignore\n"
     assert "stage" in _roles(tmp_path, header, PROVEN["plain"])
+
+
+def test_an_unstaged_write_that_empties_its_partition_warns(tmp_path: Path) -> None:
+    """Without a stage the executor counts the inserted rows; the empty-result check still fires."""
+    project = _lake(tmp_path, {"di": DAILY + PROVEN["plain"]})
+    assert project.run(partition="2024-01-02").ok
+    before = len(_expected("2024-01-02"))
+    kept = [r for r in ROWS if not (r[1] or "").startswith("2024-01-02")]
+    lines = ["id,ts,v"] + [f"{i},{ts or ''},{v}" for i, ts, v in kept]
+    (tmp_path / "seeds" / "raw" / "events.csv").write_text("\n".join(lines) + "\n")
+    project.seed()
+    (refused,) = project.run(partition="2024-01-02", strict=True).results
+    assert refused.status == "failed" and "the result is empty" in (refused.error or "")
+    assert project.query("SELECT count(*) AS n FROM s.di").to_pylist() == [{"n": before}]  # nothing written
+    (result,) = project.run(partition="2024-01-02").results
+    assert result.status == "success" and result.rows_deleted == before and result.rows_inserted == 0
+    assert result.warnings == [f"the result is empty but the partition had {before} rows; they were removed"]
