@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -261,30 +260,21 @@ def restore_plan(spec: Any, target: str, key: str | None, version: int, window: 
     )
 
 
-def run_restore(root: Path, plan: CompiledPlan, version: int, provenance: dict[str, Any], run_id: str) -> Any:
+def run_restore(root: Path, plan: CompiledPlan, version: int, provenance: dict[str, Any], run_id: str,
+                folder: Path) -> Any:
     """Commit the restore: one pyiceberg transaction, its summary naming what it restored."""
-    from lakewrap.errors import ExecutionError
     from lakewrap.execute.iceberg_commit import IcebergExecutor
-    from lakewrap.runner import RunReport, write_results
 
-    now = datetime.now(timezone.utc)
     lake = IcebergLake.open(root)
-    folder = lake.root / "target" / "run" / run_id
     table = lake.load(plan.target)
     assert table is not None
     source = table.scan(snapshot_id=version).to_arrow()
     con = lake.connect()
     try:
-        result = IcebergExecutor(lake, run_id, folder).materialize(
+        return IcebergExecutor(lake, run_id, folder).materialize(
             con, plan, inputs={sqlp.RESTORE_SOURCE: source}, provenance=provenance)
     finally:
         lake.close(con)
-    write_results(lake.root, folder, RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
-                                               finished_at=datetime.now(timezone.utc).isoformat()))
-    if result.status != "success":
-        raise ExecutionError(f"the restore of `{plan.target}` failed and wrote nothing: {result.error}",
-                             hint=f"the statements it ran are logged under target/run/{run_id}/")
-    return result
 
 
 def existed_at(lake: IcebergLake, target: str, version: int) -> bool:

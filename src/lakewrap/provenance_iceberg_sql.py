@@ -191,23 +191,13 @@ def restore_plan(spec: Any, target: str, key: str | None, version: int, window: 
     )
 
 
-def run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str) -> Any:
+def run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str, folder: Path) -> Any:
     """Commit the restore: one DuckDB transaction through the REST catalog, with its state row."""
-    from lakewrap.errors import ExecutionError
     from lakewrap.execute.iceberg_sql import IcebergSqlExecutor, connect
-    from lakewrap.runner import RunReport, write_results
 
-    now = datetime.now(timezone.utc)
     lake = IcebergLake.open(root)
-    folder = lake.root / "target" / "run" / run_id
     con = connect(lake)
     try:
-        result = IcebergSqlExecutor(lake, run_id, folder).materialize(con, plan, provenance=provenance)
+        return IcebergSqlExecutor(lake, run_id, folder).materialize(con, plan, provenance=provenance)
     finally:
         con.close()
-    write_results(lake.root, folder, RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
-                                               finished_at=datetime.now(timezone.utc).isoformat()))
-    if result.status != "success":
-        raise ExecutionError(f"the restore of `{plan.target}` failed and wrote nothing: {result.error}",
-                             hint=f"the statements it ran are logged under target/run/{run_id}/")
-    return result

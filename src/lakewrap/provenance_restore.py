@@ -123,18 +123,21 @@ def restore(root: Path, model: str, *, partition: str | None = None, to_run: str
         return out
     from lakewrap.runner import new_run_id
 
-    out.run_id = run_id or new_run_id(datetime.now(timezone.utc))
+    started = datetime.now(timezone.utc)
+    out.run_id = run_id or new_run_id(started)
+    folder = root.resolve() / "target" / "run" / out.run_id
     provenance = {"restored_from": {"snapshot": version, "run_id": to_run}}
     if kind == "iceberg" and plan.write_path == "sql":
         from lakewrap.provenance_iceberg_sql import run_restore as run_sql
 
-        out.result = run_sql(root, plan, provenance, out.run_id)
+        result = run_sql(root, plan, provenance, out.run_id, folder)
     elif kind == "iceberg":
         from lakewrap.provenance_iceberg import run_restore
 
-        out.result = run_restore(root, plan, version, provenance, out.run_id)
+        result = run_restore(root, plan, version, provenance, out.run_id, folder)
     else:
-        out.result = _run_restore(root, plan, provenance, out.run_id)
+        result = _run_restore(root, plan, provenance, out.run_id, folder)
+    out.result = _reported(root, folder, out.run_id, started, result, plan.target)
     return out
 
 
@@ -193,22 +196,26 @@ def _iceberg_restore_version(root: Path, target: str, window: Window | None, to_
     return version
 
 
-def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str) -> Any:
+def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str, folder: Path) -> Any:
+    """Commit the restore on a DuckLake: one transaction with its own state record."""
     from lakewrap.execute.executor import Executor
     from lakewrap.execute.lake import Lake
-    from lakewrap.runner import RunReport, write_results
 
-    now = datetime.now(timezone.utc)
     lake = Lake.open(root)
-    folder = lake.root / "target" / "run" / run_id
     con = lake.connect()
     try:
-        result = Executor(lake, run_id, folder).materialize(con, plan, provenance=provenance)
+        return Executor(lake, run_id, folder).materialize(con, plan, provenance=provenance)
     finally:
         lake.close(con)
-    write_results(lake.root, folder, RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],
-                                               finished_at=datetime.now(timezone.utc).isoformat()))
+
+
+def _reported(root: Path, folder: Path, run_id: str, started: datetime, result: Any, target: str) -> Any:
+    """Write the restore's run results (every substrate); a failed restore is an error."""
+    from lakewrap.runner import RunReport, write_results
+
+    write_results(root.resolve(), folder, RunReport(run_id=run_id, started_at=started.isoformat(), results=[result],
+                                                    finished_at=datetime.now(timezone.utc).isoformat()))
     if result.status != "success":
-        raise ExecutionError(f"the restore of `{plan.target}` failed and wrote nothing: {result.error}",
+        raise ExecutionError(f"the restore of `{target}` failed and wrote nothing: {result.error}",
                              hint=f"the statements it ran are logged under target/run/{run_id}/")
     return result
