@@ -129,6 +129,8 @@ def plain(ins: Inspector, root: Path, sql: str, params: dict[str, Any] | None = 
 class History:
     """Runs over three source versions; remembers each run's id and committed snapshots."""
 
+    whole = WHOLE  # the unpartitioned models this substrate can hold
+
     def __init__(self, root: Path) -> None:
         self.house = Lakehouse(root, MODELS)
         self.runs: list[tuple[str, list[Any]]] = []  # (run id, successful results)
@@ -146,13 +148,13 @@ class History:
         self.source(V1)
         self.run(PARTITIONED, at(3), partition(0))
         self.run(PARTITIONED, at(3), partition(1))
-        self.run(WHOLE, at(3))
+        self.run(self.whole, at(3))
         self.source(V2)
         self.run(PARTITIONED, at(4), partition(1))
-        self.run(WHOLE, at(4))
+        self.run(self.whole, at(4))
         self.source(V3)
         self.run(PARTITIONED, at(5), partition(0))
-        self.run(WHOLE, at(5))
+        self.run(self.whole, at(5))
 
 
 @pytest.fixture
