@@ -71,6 +71,20 @@ class StrictRefusal(ExecutionError):
     """``--strict`` refused a materialization (e.g. an empty result for a partition with data)."""
 
 
+def emptied(path: str, stage_rows: int | None, inserted: int, deleted: int, strict: bool) -> str | None:
+    """The warning when an empty result removed a partition's rows (``--strict``: a refusal).
+
+    The result's size is the staged row count, or for a plan that stages nothing (``Compiler.unstaged``
+    in compilers/base.py) the rows it inserted.
+    """
+    if (stage_rows if stage_rows is not None else inserted) != 0 or deleted == 0:
+        return None
+    warning = f"the result is empty but the partition had {deleted} rows; they were removed"
+    if strict:
+        raise StrictRefusal(f"{path}: {warning}", hint="check the model's source; run without --strict to accept")
+    return warning
+
+
 @dataclass
 class Executor:
     """Runs compiled plans on one lake, for one run id."""
@@ -194,12 +208,7 @@ class Executor:
             log.run(con, sql.ROLLBACK)
             result.status = "unchanged"
             return
-        # an unstaged write's result is what it inserted (compilers/base.py, Compiler.unstaged)
-        if (stage_rows if stage_rows is not None else inserted) == 0 and deleted > 0:
-            warning = f"the result is empty but the partition had {deleted} rows; they were removed"
-            if self.strict:
-                raise StrictRefusal(f"{compiled.path}: {warning}",
-                                    hint="check the model's source; run without --strict to accept")
+        if warning := emptied(compiled.path, stage_rows, inserted, deleted, self.strict):
             result.warnings.append(warning)
         watermark = None
         if (window := compiled.window) and window.kind == "dynamic":

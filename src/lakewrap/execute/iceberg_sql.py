@@ -43,7 +43,7 @@ from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, SchemaCheck
 from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
 from lakewrap.execute import checks, extensions
-from lakewrap.execute.executor import Result, StrictRefusal
+from lakewrap.execute.executor import Result, emptied
 from lakewrap.execute.iceberg import TOKEN_ENV, IcebergLake
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import RetryPolicy
@@ -256,12 +256,7 @@ class IcebergSqlExecutor:
                     result.status = "unchanged"
                     log.note("no version changed: nothing to commit")
                     return
-                # an unstaged write's result is what it inserted (compilers/base.py, Compiler.unstaged)
-                if (stage_rows if stage_rows is not None else inserted) == 0 and deleted > 0:
-                    warning = f"the result is empty but the partition had {deleted} rows; they were removed"
-                    if self.strict:
-                        raise StrictRefusal(f"{compiled.path}: {warning}",
-                                            hint="check the model's source; run without --strict to accept")
+                if warning := emptied(compiled.path, stage_rows, inserted, deleted, self.strict):
                     result.warnings.append(warning)
                 window = compiled.window
                 state = {
