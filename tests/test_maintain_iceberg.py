@@ -27,8 +27,8 @@ from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.maintain import maintain
 from servers import moto_s3  # noqa: F401  (fixture)
 from test_iceberg_catalogs import Kind, actual_tables, make_project, run, stack  # noqa: F401  (fixture)
-from test_provenance import V3, ev
-from test_provenance_iceberg import ICE_WHOLE, PARTITIONED, IceHistory, rows, state, table
+from test_provenance import PARTITIONED, V3, ev
+from test_provenance_iceberg import ICE_WHOLE, IceHistory, rows, state, table
 
 TABLES = ["raw.events", "m.full", "m.di", "m.mrg", "m.app", "m.scd", "m.scd_check", "m.joined", "m.dyn"]
 
