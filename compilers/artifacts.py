@@ -19,7 +19,7 @@ STAGE = "__lakewrap_stage"
 SCHEMA_VERSION = 1
 
 Role = Literal["setup", "stage", "guard", "bootstrap", "write", "test", "cleanup", "literal"]
-Effect = Literal["insert", "delete", "update", "merge"]
+Effect = Literal["insert", "delete", "update", "merge", "stage"]
 
 
 class _Out(BaseModel):
@@ -44,7 +44,7 @@ class CompiledStatement(_Out):
     sql: str
     params: dict[str, Param] = {}
     note: str | None = None
-    effect: Effect | None = None  # what a write's row count means
+    effect: Effect | None = None  # what a write's row count means ("stage": the SELECT's rows, staged)
     test: TestInfo | None = None  # for ``test`` statements
 
 

@@ -51,7 +51,9 @@ def check_for(plan: Plan, compiler: Compiler, shapes: Sequence[Shape]) -> Schema
     spec = plan.model
     if spec.strategy.kind not in CHECKED:
         return None
-    staged = any(s.role == "stage" for s in shapes)
+    from lakewrap.compilers.base import stages_result
+
+    staged = any(stages_result(s) for s in shapes)
     managed: tuple[str, ...] = ()
     named: tuple[str, ...] = ()
     if isinstance(spec.strategy, SnapshotStrategy):
@@ -209,10 +211,11 @@ class Drift:
 
 
 def drift(result: Sequence[Column], table: Sequence[Column], managed: Sequence[str] = ()) -> Drift:
-    """Compare by name; order does not matter (every write is by name)."""
+    """Compare by name; order does not matter (every write is by name). ``managed`` columns (SCD2's)
+    are lakewrap's on both sides (a result read from the bootstrap query carries them too)."""
     skip = {m.lower() for m in managed}
     have = {n.lower(): (n, t) for n, t in table if n.lower() not in skip}
-    got = {n.lower(): (n, t) for n, t in result}
+    got = {n.lower(): (n, t) for n, t in result if n.lower() not in skip}
     out = Drift()
     for key, (name, dtype) in got.items():
         if key not in have:

@@ -24,7 +24,8 @@ Semantics implemented here (DESIGN §3):
   deletion record's ``valid_from``) opens its new version at the run timestamp instead. Keys
   missing from the source: ``ignore`` leaves them open; ``invalidate`` closes them at the run
   timestamp; ``new_record`` closes them and opens a marker version with ``is_deleted`` true. No
-  change at all writes nothing (status ``unchanged``).
+  change at all writes nothing (status ``unchanged``). A NULL or repeated key, or a NULL
+  ``updated_at`` (timestamp), among the rows that would open versions refuses the run.
 """
 
 from __future__ import annotations
@@ -216,32 +217,36 @@ class Scd2:
 
 
 def snapshot(before: Table | None, result: Table, spec: Scd2, run_ts: datetime) -> Outcome:
-    reasons: set[str] = set()
-    _guard_keys(result, spec.keys, duplicates=True, reasons=reasons)
-    if spec.strategy == "timestamp" and any(r[spec.updated_at] is None for r in result):  # type: ignore[index]
-        reasons.add("null_updated_at")
-    if reasons:
-        raise Refused(reasons)
     versions = copy.deepcopy(before or [])
     current = {_key(v, spec.keys): v for v in versions if v["is_current"]}
     assert len(current) == sum(1 for v in versions if v["is_current"]), "two current versions of one key"
     checked = [c for c in (spec.check_cols or spec.columns) if c not in spec.keys]
 
     def changed(row: Row, cur: Row | None) -> bool:
-        if cur is None:
+        if cur is None:  # also every row with a NULL key: no version has one
             return True
         if spec.hard_deletes == "new_record" and cur["is_deleted"]:
             return True
         if spec.strategy == "timestamp":
+            if row[spec.updated_at] is None:  # type: ignore[index]
+                return True  # cannot be ordered: refused below
             return bool(row[spec.updated_at] > cur[spec.updated_at])  # type: ignore[index]
         return any(row[c] != cur[c] for c in checked)  # None == None: NULL-safe
 
+    # The guards check the rows that would open versions (docs/strategies.md, "Guards"): a key
+    # repeated among rows that change nothing writes nothing and is not refused.
+    changes = [row for row in result if changed(row, current.get(_key(row, spec.keys)))]
+    reasons: set[str] = set()
+    _guard_keys(changes, spec.keys, duplicates=True, reasons=reasons)
+    if spec.strategy == "timestamp" and any(r[spec.updated_at] is None for r in changes):  # type: ignore[index]
+        reasons.add("null_updated_at")
+    if reasons:
+        raise Refused(reasons)
+
     opened: Table = []
     updated = 0
-    for row in result:
+    for row in changes:
         cur = current.get(_key(row, spec.keys))
-        if not changed(row, cur):
-            continue
         if spec.strategy == "check":
             valid_from = run_ts
         else:

@@ -405,7 +405,10 @@ def test_scd2_timestamp_and_check_with_hard_deletes(tmp_path: Path) -> None:
                                                                              "updated_at": t[5]}],  # 3 returns
         [c1 | {"country": "it", "updated_at": t[0]}, c2 | {"name": "B2"}],  # 3 deleted again; 1's ts goes back
         [c1 | {"country": "it", "updated_at": t[0]}, c2 | {"name": "B2"}, customer(4, "D", None, None)],  # NULL ts
-        [c1 | {"country": "it", "updated_at": t[0]}, c2 | {"name": "B2"}, customer(2, "B", "fr", t[3])],  # dup key
+        # a key twice, both rows newer and different: refused by every model
+        [c1 | {"country": "it", "updated_at": t[0]}, customer(2, "B4", "pt", t[6]), customer(2, "B5", "es", t[7])],
+        # a key twice, neither row a change: nothing to open, so nothing is refused (docs/strategies.md)
+        [c1 | {"country": "it", "updated_at": t[0]}, c2 | {"name": "B2"}, c2 | {"name": "B2"}],
     ]
     statuses: list[dict[str, str]] = []
     for step, rows in enumerate(history, 1):
@@ -418,6 +421,7 @@ def test_scd2_timestamp_and_check_with_hard_deletes(tmp_path: Path) -> None:
     assert {t for t, s in statuses[6].items() if s == "failed"} == {"out.ts_ignore", "out.ts_invalidate",
                                                                     "out.ts_new_record"}
     assert set(statuses[7].values()) == {"failed"}
+    assert "failed" not in statuses[8].values()  # (the check models close key 4, gone since step 7)
 
     # The key that is deleted and reappears, written out by hand (independent of the reference code).
     con = lh.connect()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lakewrap import __version__
-from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import ExecutionError, LakewrapError
 from lakewrap.execute import checks
 from lakewrap.execute import statements as sql
@@ -180,8 +180,6 @@ class Executor:
             if st.effect == "merge":
                 before = self._count(con, compiled.target, log)
             cursor = self._execute(con, st, log)
-            if st.role == "stage" and stage_rows is None:  # the first stage holds the SELECT's rows
-                stage_rows = log.run(con, sql.count_rows(None, STAGE)).fetchone()[0]
             if schema_check is not None and st.role == "bootstrap":
                 # right after CREATE TABLE IF NOT EXISTS, before any other bootstrap (SET PARTITIONED
                 # BY names the key) or write: the table exists, so DESCRIBE reads it cheaply
@@ -191,6 +189,8 @@ class Executor:
                 continue
             n = int(cursor.fetchone()[0])
             match st.effect:
+                case "stage":  # the stage of the SELECT's rows: its CREATE TABLE AS counts them
+                    stage_rows = n
                 case "insert":
                     inserted += n
                 case "delete":

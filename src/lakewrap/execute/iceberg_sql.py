@@ -283,12 +283,12 @@ class IcebergSqlExecutor:
                 continue
             before = self._count(con, compiled.target, log) if st.effect == "merge" else 0
             cursor = self._execute(con, st, log)
-            if st.role == "stage" and stage_rows is None:  # the first stage holds the SELECT's rows
-                stage_rows = int(log.run(con, sql.count_rows(None, STAGE)).fetchone()[0])
             if st.effect is None:
                 continue
             n = int(cursor.fetchone()[0])
             match st.effect:
+                case "stage":  # the stage of the SELECT's rows: its CREATE TABLE AS counts them
+                    stage_rows = n
                 case "insert":
                     inserted += n
                 case "delete":
