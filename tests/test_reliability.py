@@ -1016,3 +1016,57 @@ def test_error_classification() -> None:
                 duckdb.ConstraintException("Constraint Error: NOT NULL constraint failed"),
                 duckdb.CatalogException("Catalog Error: Table with name nope does not exist!")):
         assert not is_retryable(exc), exc
+
+
+# --- the snapshot id a materialization reports ------------------------------------------------------
+
+
+class _Direct:
+    """The executor's statement log, reduced to running statements (and remembering their text)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def run(self, con: Any, text: str, params: Any = None, role: str | None = None) -> Any:
+        self.texts.append(text)
+        return con.execute(text, params)
+
+
+@pytest.mark.parametrize("other", ["none", "before", "after"])
+def test_the_reported_snapshot_is_the_commits_own_when_another_writer_commits_beside_it(
+        tmp_path: Path, other: str) -> None:
+    """``Executor.committed_snapshot`` takes the newest snapshot only when it is right after the pin;
+    with another commit before or after ours it finds ours by its commit_id (a real DuckLake, two
+    connections of one DuckDB instance writing different tables)."""
+    lake = Lake.open(tmp_path)
+    con = lake.connect()
+    try:
+        con.execute("CREATE TABLE main.ours (x INTEGER)")
+        con.execute("CREATE TABLE main.theirs (x INTEGER)")
+        theirs = con.cursor()
+        theirs.execute("USE lake")
+
+        def their_commit() -> None:
+            theirs.execute("BEGIN TRANSACTION")
+            theirs.execute("INSERT INTO main.theirs VALUES (1)")
+            theirs.execute("COMMIT")
+
+        con.execute("BEGIN TRANSACTION")
+        pin = con.execute("SELECT id FROM lake.current_snapshot()").fetchone()[0]
+        con.execute("INSERT INTO main.ours VALUES (1)")
+        con.execute("CALL lake.set_commit_message('t', 'm', extra_info => $e)", {"e": json.dumps({"commit_id": "c1"})})
+        if other == "before":
+            their_commit()
+        con.execute("COMMIT")
+        if other == "after":
+            their_commit()
+        log = _Direct()
+        got = Executor(lake, "run", tmp_path / "log").committed_snapshot(con, log, pin, "c1")
+        ours = [r[0] for r in con.execute("SELECT snapshot_id FROM lake.snapshots() WHERE "
+                                          "json_extract_string(commit_extra_info, '$.commit_id') = 'c1'").fetchall()]
+        assert [got] == ours
+        assert got == pin + (2 if other == "before" else 1)
+        looked_up = any("SNAPSHOTS" in t.upper() for t in log.texts)
+        assert looked_up == (other != "none")  # the history is read only when another commit interleaved
+    finally:
+        lake.close(con)
