@@ -333,8 +333,8 @@ class Compiler:
     def guard_keys(self, plan: Plan, keys: tuple[str, ...], check_duplicates: bool,
                    relation: str = STAGE) -> list[Shape]:
         label = ", ".join(keys)
-        null_sel = self.from_stage(relation=relation).where(q.or_all(exp.Is(this=q.col(k), expression=exp.Null()) for k in keys),
-                                           copy=False)
+        nulls = q.or_all(exp.Is(this=q.col(k), expression=exp.Null()) for k in keys)
+        null_sel = self.from_stage(relation=relation).where(nulls, copy=False)
         out = [Shape("guard", q.fail_if(null_sel, [q.as_text(q.count_star()),
                                                     q.string(f" rows have a NULL unique_key ({label})")]),
                      "refuse NULL keys")]

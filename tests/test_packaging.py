@@ -6,8 +6,9 @@ sub-package is easily forgotten; editable installs, which the README and CI use,
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
