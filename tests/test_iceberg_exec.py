@@ -27,6 +27,7 @@ SCENARIOS = [
     "test_merge_partitioned_latest_by",
     "test_append_partitioned_and_unpartitioned",
     "test_scd2_timestamp_and_check_with_hard_deletes",
+    "test_scd2_timestamp_with_a_watermark_reads_only_new_rows",
     "test_empty_result_warns_and_strict_refuses",
 ]
 

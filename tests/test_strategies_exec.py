@@ -497,9 +497,10 @@ def test_scd2_timestamp_with_a_watermark_reads_only_new_rows(tmp_path: Path) -> 
         assert versions("out.windowed") == windowed
         assert versions("out.whole") == sorted([*windowed[:2], (2, "B", "fr", t1, t_late, False),
                                                 (2, "B2", "fr", t_late, None, True), windowed[3]])
-        watermarks = con.execute("SELECT watermark FROM lakewrap.materializations WHERE target = 'out.windowed' "
-                                 "ORDER BY committed_at").fetchall()
-        assert [w[0] for w in watermarks] == [now(1), now(2), now(3)]
+        if type(lh).__name__ == "Lakehouse":  # DuckLake's state table (tests/test_iceberg_exec.py runs the rest)
+            watermarks = con.execute("SELECT watermark FROM lakewrap.materializations WHERE target = 'out.windowed' "
+                                     "ORDER BY committed_at").fetchall()
+            assert [w[0] for w in watermarks] == [now(1), now(2), now(3)]
     finally:
         con.close()
 
