@@ -230,7 +230,7 @@ class Executor:
                 "sql_sha256": compiled.sql_sha256,
                 "statements": json.dumps([s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements]),
             })
-        commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (see last_committed_snapshot)
+        commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (committed_snapshot)
         extra: dict[str, Any] = {
             "run_id": self.run_id, "model": compiled.path, "target": compiled.target, "partition": result.partition,
             "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256, "pins": pins,

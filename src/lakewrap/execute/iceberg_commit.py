@@ -30,9 +30,8 @@ from typing import Any
 
 from lakewrap import __version__
 from lakewrap.compilers import iceberg as ice
-from lakewrap.compilers import lake as sql
 from lakewrap.compilers import schema as schema_sql
-from lakewrap.compilers.artifacts import STAGE, CommitOp, CompiledPlan, SchemaCheck
+from lakewrap.compilers.artifacts import CommitOp, CompiledPlan, SchemaCheck
 from lakewrap.compilers.schema import Changes, SchemaChangeError
 from lakewrap.errors import ExecutionError, LakewrapError, Location, TransientExecutionError
 from lakewrap.execute import checks
@@ -144,9 +143,9 @@ class IcebergExecutor:
                         result.warnings.append(outcome.summary())
                     continue
                 params = {k: v.python() for k, v in st.params.items()}
-                log.run(cursor, st.sql, params or None, role=st.role)
-                if st.role == "stage" and stage_rows is None:
-                    stage_rows = int(log.run(cursor, sql.count_rows(None, STAGE)).fetchone()[0])
+                ran = log.run(cursor, st.sql, params or None, role=st.role)
+                if st.effect == "stage":  # the stage of the SELECT's rows: its CREATE TABLE AS counts them
+                    stage_rows = int(ran.fetchone()[0])
             if (failed := checks.failure(outcomes)) is not None:
                 raise failed  # before the commit: nothing was written
             log.note(op.line())
