@@ -206,6 +206,28 @@ def test_three_processes_on_the_same_and_disjoint_partitions(tmp_path: Path) -> 
     assert len(materializations(lake.load("out.di"))) == 12
 
 
+def test_a_namespace_another_process_created_meanwhile_is_no_error(tmp_path: Path) -> None:
+    """Two first runs create a model's namespace at once. pyiceberg's SQL catalog checks, then
+    inserts, so the loser's insert hits the winner's committed row and SQLite answers with a
+    unique-constraint error (seen in the three-process test above). The interleaving is forced here
+    on the real SQLite catalog: the loser's existence check answers as it did before the winner's
+    commit, once; then ``ensure_namespace`` must see the namespace and go on."""
+    lake = project(tmp_path, {"out/di.sql": DI})
+    IcebergLake.open(tmp_path).ensure_namespace("late")  # the winner
+    loser = lake.catalog()
+    exists = loser.namespace_exists
+    calls: list[str] = []
+
+    def as_seen(ns: str) -> bool:  # the first check answers as the loser's did, before the commit
+        calls.append(ns)
+        return False if len(calls) == 1 else bool(exists(ns))
+
+    loser.namespace_exists = as_seen
+    lake.ensure_namespace("late")
+    assert len(calls) == 2  # pyiceberg's stale check, then ensure_namespace's own after the error
+    assert exists("late")
+
+
 KILL_CHILD = """
 import sys
 from pathlib import Path

@@ -167,7 +167,15 @@ class IcebergLake:
         props: dict[str, str] = {}
         if self.config.catalog == "glue":  # Glue databases carry their location
             props["location"] = f"{self.config.warehouse_location(self.root)}/{schema}.db"
-        self.catalog().create_namespace_if_not_exists(schema, properties=props)
+        catalog = self.catalog()
+        try:
+            catalog.create_namespace_if_not_exists(schema, properties=props)
+        except Exception:
+            # Processes creating it at once: pyiceberg's SQL catalog checks, then inserts, so the
+            # loser gets the database's unique-constraint error, not NamespaceAlreadyExistsError
+            # (seen: three first runs of one project in parallel). The namespace exists either way.
+            if not catalog.namespace_exists(schema):
+                raise
 
     def tables(self) -> list[str]:
         """Every ``schema.name`` in the catalog."""
