@@ -7,6 +7,8 @@ Each command parses its options, calls one library function and prints. One hand
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import sys
 from collections.abc import Callable, Collection, Sequence
@@ -115,6 +117,24 @@ project_option = click.option(
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 def main(debug: bool) -> None:
     """lakewrap: compile annotated SELECTs into the DDL/DML that maintains DuckLake and Iceberg tables."""
+    _exit_without_collecting()
+
+
+_exit_armed = False
+
+
+def _exit_without_collecting() -> None:
+    """Skip the interpreter's garbage collections at exit (the OS frees the memory anyway).
+
+    After a one-model `lakewrap run` the process tracks some 33,000 objects (pydantic, click,
+    duckdb, lakewrap); the collections at shutdown cost 20-30 ms of a 0.5-0.7 s process. Objects
+    are still released as their modules are cleared; only garbage in reference cycles is left to the
+    OS, and lakewrap closes its connections and files explicitly.
+    """
+    global _exit_armed
+    if not _exit_armed:
+        _exit_armed = True
+        atexit.register(gc.freeze)
 
 
 @main.command("compile")
