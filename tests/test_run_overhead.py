@@ -38,7 +38,8 @@ def test_a_warm_run_imports_neither_sqlglot_nor_rich(tmp_path: Path) -> None:
     root = shop_copy(tmp_path)
     seed_project(root)
     code = (
-        "import sys\n"
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('FROZEN', gc.get_freeze_count(), file=sys.stderr))  # runs last\n"
         "from lakewrap.cli import main\n"
         "try:\n"
         f"    main(['run', 'sales.orders', '--project', {str(root)!r}, '--partition', '2024-01-02'])\n"
@@ -51,6 +52,9 @@ def test_a_warm_run_imports_neither_sqlglot_nor_rich(tmp_path: Path) -> None:
     assert "LOADED ['sqlglot']" in first.stderr  # a cold cache compiles
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "LOADED []" in second.stderr, second.stderr
+    # At exit the CLI freezes what it allocated, so the interpreter's last collections skip it.
+    frozen = int(second.stderr.split("FROZEN ")[1].split()[0])
+    assert frozen > 10_000, second.stderr
     lines = second.stdout.splitlines()
     assert lines[0].startswith("run ") and lines[1].split() == [
         "model", "partition", "status", "inserted", "updated", "deleted", "snapshot", "seconds"]

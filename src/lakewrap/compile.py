@@ -21,7 +21,6 @@ import gc
 import hashlib
 import json
 import os
-import pickle
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -234,6 +233,8 @@ def _fan_out(items: Sequence[T], work: Callable[[T], R], jobs: int,
     jobs = min(jobs, len(items) // MIN_PER_JOB)
     if jobs <= 1:
         return [work(x) for x in items]
+    import pickle  # here, not at the top: a warm run never fans out
+
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     children: list[tuple[int, int, int]] = []  # (share, pid, read end)

@@ -14,7 +14,6 @@ retry; everything else is terminal.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +131,8 @@ class TransientExecutionError(ExecutionError, Retryable):
 
 def suggest(word: str, candidates: Iterable[str]) -> str | None:
     """Return the closest candidate to ``word`` (for "did you mean ...?" hints), if any is close."""
+    import difflib
+
     matches = difflib.get_close_matches(word.lower(), [c.lower() for c in candidates], n=1, cutoff=0.6)
     if not matches:
         return None
