@@ -619,7 +619,7 @@ class Compiler:
             this=q.table(None, CHANGES), kind="TABLE", replace=True,
             properties=exp.Properties(expressions=[exp.TemporaryProperty()]), expression=changes),
             "new keys and changed rows: the versions to open"))
-        shapes += self.guards(plan, CHANGES)
+        shapes += self.snapshot_guards(plan, CHANGES)
         close = exp.Update(
             this=q.aliased(self.target(plan), TARGET),
             expressions=[
@@ -681,7 +681,7 @@ class Compiler:
             shapes.append(self.drop(STAGE))
         return shapes
 
-    def guards(self, plan: Plan, relation: str) -> list[Shape]:
+    def snapshot_guards(self, plan: Plan, relation: str) -> list[Shape]:
         """An SCD2 snapshot's guards on the versions to open: no NULL or repeated key, no NULL timestamp."""
         s = plan.model.strategy
         assert isinstance(s, SnapshotStrategy)

@@ -35,6 +35,8 @@ ICEBERG_TOML = '[lake]\nsubstrate = "iceberg"\n'
 class IcebergLakehouse(Lakehouse):
     """One project folder whose lake is the embedded Iceberg default under ``<root>/.lakewrap/``."""
 
+    substrate = "iceberg"
+
     def __init__(self, root: Path, models: Mapping[str, str], toml: str = ICEBERG_TOML):
         self.root = root.resolve()
         self.root.mkdir(parents=True, exist_ok=True)

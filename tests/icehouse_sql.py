@@ -59,6 +59,8 @@ def rest_toml(uri: str, warehouse: str | None = None, s3: Any = None) -> str:
 class RestSqlLakehouse(IcebergLakehouse):
     """A project whose Iceberg lake is served by a REST adapter of its own and written by DuckDB SQL."""
 
+    substrate = "iceberg-sql"
+
     def __init__(self, root: Path, models: Mapping[str, str], s3: Any = None):
         root = root.resolve()
         root.mkdir(parents=True, exist_ok=True)

@@ -105,6 +105,8 @@ def csv_cell(value: Any) -> str:
 class Lakehouse:
     """One project folder with its embedded DuckLake under ``<root>/.lakewrap/``."""
 
+    substrate = "ducklake"  # as the compiler names it: ducklake, iceberg, iceberg-sql
+
     def __init__(self, root: Path, models: Mapping[str, str]):
         self.root = root.resolve()
         for rel, text in models.items():
