@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from lakewrap.frozen import Frozen
 from lakewrap.plan import Param
 
 # The temporary table a plan stages the SELECT's rows in (the executor counts them there).
@@ -22,11 +22,7 @@ Role = Literal["setup", "stage", "guard", "bootstrap", "write", "test", "cleanup
 Effect = Literal["insert", "delete", "update", "merge", "stage"]
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TestInfo(_Out):
+class TestInfo(Frozen):
     """What a ``test`` statement checks: the ``-- test`` line it comes from and its severity."""
 
     __test__ = False  # not a pytest class
@@ -37,18 +33,18 @@ class TestInfo(_Out):
     line: int
 
 
-class CompiledStatement(_Out):
+class CompiledStatement(Frozen):
     """One statement: its role in the plan, its SQL, and exactly the parameters it uses."""
 
     role: Role
     sql: str
-    params: dict[str, Param] = {}
+    params: dict[str, Param] = field(default_factory=dict)
     note: str | None = None
     effect: Effect | None = None  # what a write's row count means ("stage": the SELECT's rows, staged)
     test: TestInfo | None = None  # for ``test`` statements
 
 
-class SchemaCheck(_Out):
+class SchemaCheck(Frozen):
     """How ``lakewrap run`` compares the result's columns with the live table before writing.
 
     The comparison depends on the table as it is when the transaction runs, so the executor reads
@@ -62,7 +58,7 @@ class SchemaCheck(_Out):
     named: tuple[str, ...] = ()  # columns the write statements name (MERGE, SCD2): cannot be left out
 
 
-class CommitOp(_Out):
+class CommitOp(Frozen):
     """One pyiceberg commit operation (Iceberg, write path ``pyiceberg``), applied in the plan's one
     ``table.transaction()`` after its SQL statements ran in DuckDB.
 
@@ -76,7 +72,7 @@ class CommitOp(_Out):
     table: str
     rows: str
     delete_where: str | None = None
-    params: dict[str, Param] = {}
+    params: dict[str, Param] = field(default_factory=dict)
     note: str | None = None
     partition: tuple[str, str] | None = None  # (Iceberg transform, column) of a table this commit creates
     # A merge into an unpartitioned table: when ``rewrite_keys`` counts more matched keys than
@@ -98,7 +94,7 @@ class CommitOp(_Out):
         return text
 
 
-class Window(_Out):
+class Window(Frozen):
     """The window a partitioned materialization covers (ISO 8601 with offsets)."""
 
     kind: Literal["time", "dynamic"]
@@ -109,7 +105,7 @@ class Window(_Out):
     lookback: int = 0
 
 
-class CompiledPlan(_Out):
+class CompiledPlan(Frozen):
     """Everything ``lakewrap compile`` prints for one model and partition."""
 
     schema_version: int = SCHEMA_VERSION
@@ -143,7 +139,7 @@ class CompiledPlan(_Out):
         return h.hexdigest()
 
 
-class CompileOutput(_Out):
+class CompileOutput(Frozen):
     """The top-level JSON document of ``lakewrap compile --format json``."""
 
     schema_version: int = SCHEMA_VERSION

@@ -72,11 +72,10 @@ class IcebergCompiler(Compiler):
         compiled = super().compile(plan)
         available = plan.params()
         commits = tuple(
-            op.model_copy(update={"params": {k: available[k] for k in sorted(names) if k in available}})
+            op.replace(params={k: available[k] for k in sorted(names) if k in available})
             for op, names in self.commit_ops(plan)
         )
-        return compiled.model_copy(update={"commits": commits,
-                                           "sql_sha256": CompiledPlan.digest(compiled.statements, commits)})
+        return compiled.replace(commits=commits, sql_sha256=CompiledPlan.digest(compiled.statements, commits))
 
     # --- the SQL half ---------------------------------------------------------------------------
 

@@ -79,7 +79,7 @@ def source_lake(root: Path) -> Any:
 
     from lakewrap.execute.iceberg import IcebergLake
 
-    lake = IcebergLake(root, LakeConfig(substrate="iceberg"))
+    lake = IcebergLake(root, LakeConfig(substrate="iceberg", catalog="sql"))
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     for statement in sqlglot.parse((PROJECT / "sources.sql").read_text(), read="duckdb"):

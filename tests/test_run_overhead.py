@@ -7,11 +7,17 @@ real embedded DuckLake, without timing anything.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from lakewrap.config import CONFIG_CACHE, load_config
+from lakewrap.errors import ConfigError
 from lakewrap.execute.lake import Lake
 from lakewrap.runner import run_project, seed_project
 
@@ -33,9 +39,10 @@ def lake_rows(root: Path, sql: str) -> list[tuple[object, ...]]:
         lake.close(con)
 
 
-def test_a_warm_run_imports_neither_sqlglot_nor_rich(tmp_path: Path) -> None:
-    """The second run takes its statements from the cache and prints plain text into a pipe."""
+def test_a_warm_run_imports_neither_sqlglot_nor_rich_nor_pydantic(tmp_path: Path) -> None:
+    """The second run takes its specs, statements and config from the cache and prints plain text into a pipe."""
     root = shop_copy(tmp_path)
+    (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "ducklake"\n')  # the embedded default, spelled out
     seed_project(root)
     code = (
         "import atexit, gc, sys\n"
@@ -45,11 +52,11 @@ def test_a_warm_run_imports_neither_sqlglot_nor_rich(tmp_path: Path) -> None:
         f"    main(['run', 'sales.orders', '--project', {str(root)!r}, '--partition', '2024-01-02'])\n"
         "except SystemExit as e:\n"
         "    assert e.code in (0, None), e.code\n"
-        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sqlglot', 'rich'})\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sqlglot', 'rich', 'pydantic'})\n"
         "print('LOADED', loaded, file=sys.stderr)\n"
     )
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "LOADED ['sqlglot']" in first.stderr  # a cold cache compiles
+    assert "LOADED ['pydantic', 'sqlglot']" in first.stderr  # a cold cache parses (validates) and compiles
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "LOADED []" in second.stderr, second.stderr
     # At exit the CLI freezes what it allocated, so the interpreter's last collections skip it.
@@ -59,6 +66,40 @@ def test_a_warm_run_imports_neither_sqlglot_nor_rich(tmp_path: Path) -> None:
     assert lines[0].startswith("run ") and lines[1].split() == [
         "model", "partition", "status", "inserted", "updated", "deleted", "snapshot", "seconds"]
     assert lines[3].split()[:3] == ["sales.orders", "2024-01-02", "success"]
+
+
+def test_the_validated_config_is_kept_by_the_files_hash(tmp_path: Path) -> None:
+    """A warm run reads ``lakewrap.toml``'s validated form from the cache; any edit is validated again."""
+    root = tmp_path / "p"
+    root.mkdir()
+    toml = root / "lakewrap.toml"
+    toml.write_text('[lake]\ndata_inlining_row_limit = 7\n\n[run]\nretries = 3\n')
+    first = load_config(root)
+    assert (first.lake.data_inlining_row_limit, first.run.retries) == (7, 3)
+    cached = json.loads((root / CONFIG_CACHE).read_text())
+    assert cached["sha256"] == hashlib.sha256(toml.read_bytes()).hexdigest()
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from lakewrap.config import load_config\n"
+        f"c = load_config(Path({str(root)!r}))\n"
+        "print(c.lake.data_inlining_row_limit, c.run.retries, 'pydantic' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["7", "3", "False"]
+
+    # An edit is a new hash: validated, with its located error, whatever the cache holds.
+    toml.write_text('[lake]\ndata_inlining_row_limit = 7\n\n[run]\nretries = -1\n')
+    with pytest.raises(ConfigError) as bad:
+        load_config(root)
+    assert bad.value.location is not None and bad.value.location.line == 5
+    assert "greater than or equal to 0" in bad.value.message
+
+    # A damaged cache is not trusted: the file is validated again.
+    toml.write_text('[run]\nretries = 4\n')
+    (root / CONFIG_CACHE).write_text('{"sha256": "' + hashlib.sha256(toml.read_bytes()).hexdigest() + '", "key": 1')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["None", "4", "True"]
 
 
 def test_compiled_sql_is_stored_once_per_plan_and_the_fence_names_it(tmp_path: Path) -> None:

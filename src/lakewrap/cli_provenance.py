@@ -71,7 +71,7 @@ def _explain_text(items: list[Any]) -> str:
             lines += ["BEGIN TRANSACTION;", ""]
         commits = m.extra_info.get("commits") or []
         for i, op in enumerate(commits, len(statements) + 1):  # Iceberg: pyiceberg operations, as comments
-            commit = CommitOp.model_validate(op)
+            commit = CommitOp.validate(op)
             lines += [f"-- [{i}] commit" + (f": {commit.note}" if commit.note else ""), f"--   {commit.line()}", ""]
         if commits:
             lines += [f"-- committed by pyiceberg as {m.extra_info.get('operation')}; the DuckDB statements only "

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakewrap import __version__
+from lakewrap.cachekey import code_key
 from lakewrap.errors import PlanError
 from lakewrap.execute import statements
 from lakewrap.plan import Plan, Substrate, make_plan
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from lakewrap.compilers.base import Compiler
 
 CACHE_FILE = Path("target") / "cache" / "compile-v1.json"
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 # Fan out only when each process gets at least this many models: below it, fork costs more than it saves.
 MIN_PER_JOB = 24
 
@@ -53,39 +54,6 @@ Template = dict[str, Any]
 
 
 # --- the cache ------------------------------------------------------------------------------------
-
-
-def _code_key() -> str:
-    """lakewrap's version plus the size and mtime of its own and sqlglot's source files.
-
-    An installed release never changes these; an editable checkout does whenever a compiler is
-    edited, and the cache must not outlive that edit.
-    """
-    from importlib.util import find_spec
-
-    h = hashlib.sha256(f"{__version__}|{CACHE_FORMAT}".encode())
-    dirs: list[str] = [os.path.dirname(os.path.abspath(__file__))]
-    for name in ("lakewrap.compilers", "sqlglot"):
-        try:
-            spec = find_spec(name)
-        except (ImportError, ValueError):  # pragma: no cover - broken installs
-            spec = None
-        if spec is not None and spec.submodule_search_locations:
-            dirs += list(spec.submodule_search_locations)
-    for top in dict.fromkeys(dirs):
-        if os.path.basename(top) == "sqlglot":
-            names = [os.path.join(top, "_version.py")]  # one file tells the installed version
-        else:
-            names = sorted(
-                os.path.join(d, f) for d, _, files in os.walk(top) for f in files if f.endswith(".py")
-            )
-        for name in names:
-            try:
-                st = os.stat(name)
-            except OSError:
-                continue
-            h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
 
 
 @dataclass
@@ -152,7 +120,7 @@ class _Cache:
         if not enabled:
             return None
         path = root / CACHE_FILE
-        key = _code_key()
+        key = code_key()
         entries: dict[str, _Entry] = {}
         try:
             lines = path.read_text(encoding="utf-8").split("\n")
@@ -303,11 +271,11 @@ class _Parsed:
     templates_json: str | None = None
 
     def spec_object(self) -> ModelSpec:
-        return self.spec if self.spec is not None else ModelSpec.model_validate_json(self.spec_json or "")
+        return self.spec if self.spec is not None else ModelSpec.decode(json.loads(self.spec_json or ""))
 
 
 def _template(compiled: CompiledPlan) -> Template:
-    doc = compiled.model_dump(mode="json", exclude={"window"})
+    doc = compiled.dump(exclude={"window"})
     for st in (*doc["statements"], *doc.get("commits", ())):
         st["params"] = list(st["params"])
     return doc
@@ -341,7 +309,7 @@ def _to_wire(parsed: _Parsed | None) -> _Parsed | None:
     """What a worker sends back: JSON texts and templates, which unpickle without validation."""
     if parsed is None or parsed.spec is None:
         return None
-    wire = _Parsed(spec_json=parsed.spec.model_dump_json())
+    wire = _Parsed(spec_json=parsed.spec.dump_json())
     if parsed.plan is not None and parsed.compiled is not None:
         wire.templates[_plan_key(parsed.plan)] = _template(parsed.compiled)
     wire.templates_json = _json_text(wire.templates)
@@ -378,10 +346,10 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
         entry = old.get(rel)
         if entry is not None and entry.sha == digest and entry.spec_json is not None:
             try:
-                hits[i] = ModelSpec.model_validate_json(entry.spec_json)
+                hits[i] = ModelSpec.decode(json.loads(entry.spec_json))
                 fresh[rel] = entry
                 continue
-            except ValueError:
+            except (ValueError, TypeError, KeyError, AttributeError):
                 pass  # a damaged entry: parse the file again
         try:
             text: str | None = raw.decode("utf-8")
@@ -413,7 +381,7 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
                 if cache.path is not None:
                     entry.add(key, _template(got.compiled))
             if cache.path is not None:
-                entry.spec_json = got.spec_json if got.spec_json is not None else spec.model_dump_json()
+                entry.spec_json = got.spec_json if got.spec_json is not None else spec.dump_json()
         else:
             spec = hits[i]
         other = project.models.get(spec.target.key)
@@ -502,8 +470,7 @@ def _from_template(template: Template, plan: Plan) -> CompiledPlan:
     available = plan.params()
     statements = [{**st, "params": {k: available[k] for k in st["params"]}} for st in template["statements"]]
     commits = [{**op, "params": {k: available[k] for k in op["params"]}} for op in template.get("commits", ())]
-    return CompiledPlan.model_validate({**template, "statements": statements, "commits": commits,
-                                        "window": _window(plan)})
+    return CompiledPlan.decode({**template, "statements": statements, "commits": commits, "window": _window(plan)})
 
 
 def compile_project(

@@ -13,15 +13,17 @@ Credentials never live in this file: S3 keys come from ``AWS_ACCESS_KEY_ID`` /
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import sys
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field, ValidationError, field_validator, model_validator
+from typing import Annotated, Any, Literal
 
 from lakewrap.errors import ConfigError, Location
-from lakewrap.spec import Frozen
+from lakewrap.frozen import Frozen, Meta
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,49 +35,61 @@ DEFAULT_DIR = ".lakewrap"
 _SECRET_WORDS = ("password", "secret", "access_key", "key_id", "token", "credential")
 
 
+def _host_port(v: str | None) -> str | None:
+    if v is not None and "://" in v:
+        raise ValueError("write the endpoint as host:port, without http:// or https:// (see use_ssl)")
+    return v
+
+
+def _url(what: str, example: str) -> Meta:
+    """A field holding an http(s) URL without credentials."""
+
+    def check(v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^\s/@]+(/\S*)?$", v):
+            raise ValueError(f"write {what} as {example}")
+        return v
+
+    return Meta(check=check)
+
+
 class S3Config(Frozen):
     """Where an ``s3://`` data path is served; credentials come from the environment."""
 
-    endpoint: str | None = None  # host:port, e.g. 127.0.0.1:5055; None means AWS
+    endpoint: Annotated[str | None, Meta(check=_host_port)] = None  # host:port, e.g. 127.0.0.1:5055; None: AWS
     region: str = "us-east-1"
     url_style: Literal["path", "vhost"] = "vhost"
     use_ssl: bool = True
-
-    @field_validator("endpoint")
-    @classmethod
-    def _no_scheme(cls, v: str | None) -> str | None:
-        if v is not None and "://" in v:
-            raise ValueError("write the endpoint as host:port, without http:// or https:// (see use_ssl)")
-        return v
 
 
 class GlueConfig(Frozen):
     """``[lake.glue]``: an AWS Glue catalog (Iceberg). Credentials come from the AWS credential chain."""
 
     region: str = "us-east-1"
-    endpoint: str | None = None  # a URL, e.g. http://127.0.0.1:5055 (an AWS-compatible server); None means AWS
+    # a URL, e.g. http://127.0.0.1:5055 (an AWS-compatible server); None means AWS
+    endpoint: Annotated[str | None, _url("the Glue endpoint",
+                                         "a URL without credentials, e.g. https://glue.eu-west-1.amazonaws.com")] = None
     catalog_id: str | None = None  # the AWS account id of the Glue catalog; None means the caller's
-
-    @field_validator("endpoint")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"https?://[^\s/@]+(/\S*)?$", v):
-            raise ValueError("write the Glue endpoint as a URL without credentials, e.g. https://glue.eu-west-1.amazonaws.com")
-        return v
 
 
 class RestConfig(Frozen):
     """``[lake.rest]``: an Iceberg REST catalog. A bearer token, if any, comes from ``LAKEWRAP_ICEBERG_TOKEN``."""
 
-    uri: str
+    uri: Annotated[str, _url("the REST catalog uri", "http(s)://host[:port][/path], without credentials")]
     warehouse: str | None = None  # the warehouse name the catalog serves (passed on as `warehouse`)
 
-    @field_validator("uri")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        if not re.match(r"https?://[^\s/@]+(/\S*)?$", v):
-            raise ValueError("write the REST catalog uri as http(s)://host[:port][/path], without credentials")
-        return v
+
+def _identifier(v: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+        raise ValueError("the alias must be a plain identifier (letters, digits, _)")
+    return v
+
+
+def _no_password(v: str | None) -> str | None:
+    # key=value form (`password=...`) or URI form (`postgresql://user:secret@host/db`)
+    if v is not None and (re.search(r"(^|\s)password\s*=", v, re.IGNORECASE)
+                          or re.search(r"://[^/@\s]*:[^/@\s]*@", v)):
+        raise ValueError("do not put a password in the dsn; set PGPASSWORD or use ~/.pgpass")
+    return v
 
 
 DUCKLAKE_CATALOGS = ("duckdb", "sqlite", "postgres")
@@ -90,10 +104,10 @@ class LakeConfig(Frozen):
     # Left out, each substrate takes its embedded default (duckdb, sql).
     catalog: Literal["duckdb", "sqlite", "postgres", "sql", "glue", "rest"] = "duckdb"
     path: str | None = None  # duckdb/sqlite catalog file, relative to the project
-    dsn: str | None = None  # postgres: libpq key=value string without a password
+    dsn: Annotated[str | None, Meta(check=_no_password)] = None  # postgres: libpq key=value, no password
     data_path: str | None = None  # local folder (relative to the project) or s3://bucket/prefix/
-    alias: str = "lake"
-    data_inlining_row_limit: int | None = Field(default=None, ge=0)
+    alias: Annotated[str, Meta(check=_identifier)] = "lake"
+    data_inlining_row_limit: Annotated[int | None, Meta(ge=0)] = None
     s3: S3Config | None = None
     # Iceberg only
     warehouse: str | None = None  # local folder (relative to the project) or s3://bucket/prefix
@@ -101,28 +115,20 @@ class LakeConfig(Frozen):
     glue: GlueConfig | None = None
     rest: RestConfig | None = None
 
-    @field_validator("alias")
-    @classmethod
-    def _alias(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            raise ValueError("the alias must be a plain identifier (letters, digits, _)")
-        return v
-
-    @field_validator("dsn")
-    @classmethod
-    def _no_password(cls, v: str | None) -> str | None:
-        # key=value form (`password=...`) or URI form (`postgresql://user:secret@host/db`)
-        if v is not None and (re.search(r"(^|\s)password\s*=", v, re.IGNORECASE)
-                              or re.search(r"://[^/@\s]*:[^/@\s]*@", v)):
-            raise ValueError("do not put a password in the dsn; set PGPASSWORD or use ~/.pgpass")
-        return v
-
-    @model_validator(mode="after")
-    def _rules(self) -> LakeConfig:
+    def __post_init__(self) -> None:
         if self.substrate == "iceberg":
-            return self._iceberg_rules()
+            self._iceberg_rules()
+        else:
+            self._ducklake_rules()
+        # the embedded defaults of the optional tables
+        if self.is_s3 and self.s3 is None:
+            object.__setattr__(self, "s3", S3Config())
+        if self.catalog == "glue" and self.glue is None:
+            object.__setattr__(self, "glue", GlueConfig())
+
+    def _ducklake_rules(self) -> None:
         for key in ("warehouse", "glue", "rest"):
-            if key in self.model_fields_set:
+            if getattr(self, key) is not None:
                 raise ValueError(f"{key} only applies to substrate = \"iceberg\"")
         if self.write_path != "pyiceberg":
             raise ValueError("write_path only applies to substrate = \"iceberg\"")
@@ -133,31 +139,14 @@ class LakeConfig(Frozen):
             raise ValueError("a postgres catalog needs dsn = \"dbname=... host=... port=... user=...\"")
         if self.catalog != "postgres" and self.dsn:
             raise ValueError(f"dsn only applies to catalog = \"postgres\", not \"{self.catalog}\"")
-        if self.is_s3 and self.s3 is None:
-            return self.model_copy(update={"s3": S3Config()})
-        return self
 
-    @model_validator(mode="before")
-    @classmethod
-    def _iceberg_defaults(cls, data: Any) -> Any:
-        """An Iceberg lake's embedded defaults: a ``sql`` catalog; ``[lake.glue]`` and ``[lake.s3]`` tables."""
-        if not isinstance(data, dict) or data.get("substrate") != "iceberg":
-            return data
-        data = dict(data)
-        data.setdefault("catalog", "sql")
-        if data["catalog"] == "glue":
-            data.setdefault("glue", {})
-        if str(data.get("warehouse") or "").startswith("s3://"):
-            data.setdefault("s3", {})
-        return data
-
-    def _iceberg_rules(self) -> LakeConfig:
+    def _iceberg_rules(self) -> None:
         catalog = self.catalog
         if catalog not in ICEBERG_CATALOGS:
             raise ValueError(f"catalog = \"{catalog}\" is a DuckLake catalog; an Iceberg catalog is "
                              "\"sql\", \"glue\" or \"rest\"")
         for key in ("dsn", "data_path", "data_inlining_row_limit"):
-            if key in self.model_fields_set:
+            if getattr(self, key) is not None:
                 hint = " (use warehouse)" if key == "data_path" else ""
                 raise ValueError(f"{key} does not apply to substrate = \"iceberg\"{hint}")
         if catalog == "rest" and self.rest is None:
@@ -175,7 +164,6 @@ class LakeConfig(Frozen):
                              "it needs catalog = \"rest\"")
         if self.s3 is not None and not self.is_s3:
             raise ValueError("[lake.s3] only applies to an s3:// warehouse")
-        return self
 
     @property
     def is_s3(self) -> bool:
@@ -210,32 +198,32 @@ class LakeConfig(Frozen):
 class RunConfig(Frozen):
     """The ``[run]`` table: defaults of ``lakewrap run`` / ``backfill``."""
 
-    retries: int = Field(default=19, ge=0)  # per model, retryable errors only; ``-- retry N`` overrides
-    workers: int | None = Field(default=None, ge=1)  # default: one per core
+    retries: Annotated[int, Meta(ge=0)] = 19  # per model, retryable errors only; ``-- retry N`` overrides
+    workers: Annotated[int | None, Meta(ge=1)] = None  # default: one per core
 
 
 class MaintainConfig(Frozen):
     """The ``[maintain]`` table: the policy of ``lakewrap maintain`` (``docs/maintenance.md``)."""
 
     # snapshots younger than this many days are kept; older ones are expired unless protected
-    retain_days: float = Field(default=7.0, ge=0)
-    keep_last: int = Field(default=10, ge=1)  # the newest N snapshots are always kept
+    retain_days: Annotated[float, Meta(ge=0)] = 7.0
+    keep_last: Annotated[int, Meta(ge=1)] = 10  # the newest N snapshots are always kept
     # which run records protect their pins and their own snapshot: every record, or only the
     # latest materialization of each (model, partition) (superseded builds lose time travel)
     protect: Literal["all", "latest"] = "all"
     compact: bool = True  # rewrite delete-heavy files and merge small ones of the selected models' tables
-    delete_threshold: float = Field(default=0.5, gt=0, le=1)  # deleted-row share that makes a file rewritten
+    delete_threshold: Annotated[float, Meta(gt=0, le=1)] = 0.5  # deleted-row share that makes a file rewritten
     # files no snapshot knows are deleted only when older than this: a live writer's files are unknown
     # until it commits
-    orphan_min_age_minutes: float = Field(default=60.0, ge=0)
+    orphan_min_age_minutes: Annotated[float, Meta(ge=0)] = 60.0
 
 
 class ProjectConfig(Frozen):
     """The whole ``lakewrap.toml``."""
 
-    lake: LakeConfig = LakeConfig()
-    run: RunConfig = RunConfig()
-    maintain: MaintainConfig = MaintainConfig()
+    lake: LakeConfig = field(default_factory=LakeConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    maintain: MaintainConfig = field(default_factory=MaintainConfig)
 
 
 def _find_line(text: str, key: str) -> int | None:
@@ -246,18 +234,67 @@ def _find_line(text: str, key: str) -> int | None:
     return None
 
 
+CONFIG_CACHE = Path("target") / "cache" / "config.json"
+# lakewrap.toml files read in this process, by (project, sha256 of the file)
+_LOADED: dict[tuple[str, str], ProjectConfig] = {}
+
+
 def load_config(root: Path) -> ProjectConfig:
-    """Read ``<root>/lakewrap.toml`` (absent: the embedded default)."""
+    """Read ``<root>/lakewrap.toml`` (absent: the embedded default).
+
+    The validated config is kept in ``target/cache/config.json`` under the file's sha256 and the
+    code key of the compile cache, so a run whose ``lakewrap.toml`` did not change neither parses
+    nor validates it again (validating imports pydantic, ~70 ms).
+    """
     path = root / CONFIG_FILE
-    if not path.exists():
-        return ProjectConfig()
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return ProjectConfig()
+    except OSError as exc:
+        raise ConfigError(f"cannot read lakewrap.toml: {exc.strerror}", location=Location(CONFIG_FILE)) from None
+    digest = hashlib.sha256(raw).hexdigest()
+    memo = (str(root), digest)
+    config = _LOADED.get(memo) or _cached(root, digest)
+    if config is None:
+        config = _validate(raw)
+        _save(root, digest, config)
+    _LOADED[memo] = config
+    return config
+
+
+def _cached(root: Path, digest: str) -> ProjectConfig | None:
+    from lakewrap.cachekey import code_key
+
+    try:
+        doc = json.loads((root / CONFIG_CACHE).read_bytes())
+        if doc["sha256"] == digest and doc["key"] == code_key():
+            return ProjectConfig.decode(doc["config"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass  # none yet, another file's or version's, or damaged: validate the file
+    return None
+
+
+def _save(root: Path, digest: str, config: ProjectConfig) -> None:
+    from lakewrap.cachekey import code_key
+
+    path = root / CONFIG_CACHE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"sha256": digest, "key": code_key(), "config": config.dump()}), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only project validates its config on every run
+
+
+def _validate(raw: bytes) -> ProjectConfig:
+    """Parse and validate the file's bytes; a :class:`ConfigError` with its line on any problem."""
+    try:
+        text = raw.decode("utf-8")
         data: dict[str, Any] = tomllib.loads(text)
     except UnicodeDecodeError:
         raise ConfigError("lakewrap.toml is not UTF-8 text", location=Location(CONFIG_FILE)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read lakewrap.toml: {exc.strerror}", location=Location(CONFIG_FILE)) from None
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+), column (\d+)", str(exc))
         line, col = (int(m.group(1)), int(m.group(2))) if m else (None, None)
@@ -279,17 +316,23 @@ def load_config(root: Path) -> ProjectConfig:
                     location=Location(CONFIG_FILE, _find_line(text, key)),
                     hint="set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or PGPASSWORD in the environment",
                 )
+    if isinstance(lake, dict) and lake.get("substrate") == "iceberg":
+        data["lake"] = {"catalog": "sql", **lake}  # an Iceberg lake's embedded catalog
+
+    from pydantic import ValidationError
+
     try:
-        return ProjectConfig.model_validate(data)
+        return ProjectConfig.validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"]]
         key = loc[-1] if loc else ""
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+        unknown = err["type"] in ("extra_forbidden", "unexpected_keyword_argument")
+        if unknown:
             msg = f"unknown key `{'.'.join(loc)}`"
         raise ConfigError(
-            f"lakewrap.toml: {'.'.join(loc)}: {msg}" if err["type"] != "extra_forbidden" else f"lakewrap.toml: {msg}",
+            f"lakewrap.toml: {msg}" if unknown else f"lakewrap.toml: {'.'.join(loc)}: {msg}",
             location=Location(CONFIG_FILE, _find_line(text, key) if key else None),
             hint="see docs/configuration.md for the keys of [lake], [run] and [maintain]",
         ) from None

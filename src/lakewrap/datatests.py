@@ -123,7 +123,7 @@ def _test_model(con: Any, lake: Any, folder: Path, spec: ModelSpec, partition: s
     try:
         plan = plan_for(spec, lake.config.substrate, value, now, lake.root)
         if value is None:
-            plan = plan.model_copy(update={"binding": None})  # the whole table
+            plan = plan.replace(binding=None)  # the whole table
         from lakewrap.compilers import compiler_for
         from lakewrap.compilers.artifacts import CompiledPlan
         from lakewrap.compilers.checks import compile_tests

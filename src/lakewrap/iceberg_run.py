@@ -53,10 +53,10 @@ def plan_model(lake: IcebergLake, con: Any, spec: ModelSpec, value: str | None, 
     except PlanError as exc:
         raise PlanError(f"{spec.path}: {exc.message}", hint=exc.hint) from None
     if plan.columns is None and spec.strategy.kind in ("merge", "snapshot") and substrate == "iceberg-sql":
-        plan = plan.model_copy(update={"columns": probe_columns(con, plan)})  # the attached catalog reads it
+        plan = plan.replace(columns=probe_columns(con, plan))  # the attached catalog reads it
     elif plan.columns is None and spec.strategy.kind in ("merge", "snapshot"):
         with lake.scratch(con, reads_of(spec)) as (cursor, _):
-            plan = plan.model_copy(update={"columns": probe_columns(cursor, plan)})
+            plan = plan.replace(columns=probe_columns(cursor, plan))
     return plan
 
 

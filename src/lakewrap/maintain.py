@@ -137,7 +137,7 @@ def maintain(root: Path, selectors: Sequence[str] = (), *, dry_run: bool = False
         )
     policy = config.maintain
     now = now or datetime.now(timezone.utc)
-    report = MaintainReport(dry_run=dry_run, policy=policy.model_dump())
+    report = MaintainReport(dry_run=dry_run, policy=policy.dump())
     project = load_project(root, None)
     specs = [s for s in project.select(selectors) if s.strategy.kind != "view"]
     if config.lake.substrate == "iceberg":

@@ -70,4 +70,4 @@ def plans_sql(plans: Sequence[CompiledPlan]) -> str:
 
 
 def plans_json(plans: Sequence[CompiledPlan]) -> str:
-    return CompileOutput(lakewrap_version=__version__, plans=tuple(plans)).model_dump_json(indent=2) + "\n"
+    return CompileOutput(lakewrap_version=__version__, plans=tuple(plans)).dump_json(indent=2) + "\n"

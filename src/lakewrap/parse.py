@@ -17,6 +17,7 @@ from lakewrap.annotations.header import Header
 from lakewrap.annotations.lexer import Arg, lex_line
 from lakewrap.annotations.registry import Registry, default_registry
 from lakewrap.errors import AnnotationError, LakewrapError, Location, ModelError, SqlError, choices_hint, suggest
+from lakewrap.frozen import plain
 from lakewrap.spec import ModelSpec, TableRef
 from lakewrap.sqltext import (
     Statement,
@@ -119,7 +120,7 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
     statements = parse_body(body_text, rel)
     try:
         fields = header.resolve(Location(rel, body_line))
-    except ValidationError as exc:  # pragma: no cover - handlers validate first
+    except (ValidationError, ValueError) as exc:  # pragma: no cover - handlers validate first
         raise ModelError(str(exc), location=Location(rel)) from None
     if not statements:
         raise SqlError(
@@ -152,16 +153,16 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
     if wrapped and fields["materialized"] == "snapshot":
         _check_snapshot_output(statements[0], rel, body_text)
     try:
-        return ModelSpec(
-            path=rel,
-            name=target.name,
-            target=target,
-            sql=body_text,
-            body_line=body_line,
-            upstreams=upstreams,
-            output_columns=output,
+        return ModelSpec.validate(plain({
+            "path": rel,
+            "name": target.name,
+            "target": target,
+            "sql": body_text,
+            "body_line": body_line,
+            "upstreams": upstreams,
+            "output_columns": output,
             **fields,
-        )
+        }))
     except ValidationError as exc:
         detail = exc.errors()[0]
         raise ModelError(f"invalid model: {detail['msg']}", location=Location(rel)) from None

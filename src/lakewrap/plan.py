@@ -6,14 +6,14 @@ The planner decides *what* one materialization covers; the compilers decide *how
 from __future__ import annotations
 
 import functools
+from dataclasses import field
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import Field
-
 from lakewrap.errors import PlanError
+from lakewrap.frozen import Frozen
 from lakewrap.partitions import Grain, Partition, latest_complete, parse_partition
-from lakewrap.spec import DynamicPartitioning, Frozen, ModelSpec, TimePartitioning
+from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
 
 # "iceberg-sql": Iceberg written by DuckDB SQL through a REST catalog (write_path = "sql")
 Substrate = Literal["ducklake", "iceberg", "iceberg-sql"]
@@ -62,9 +62,9 @@ class Plan(Frozen):
     substrate: Substrate = "ducklake"
     binding: Binding | None = None
     run_timestamp: datetime | None = None
-    columns: tuple[str, ...] | None = Field(default=None)
+    columns: tuple[str, ...] | None = None
     # ``-- test sql <file>``: each file's text by its project-relative path (read by the caller)
-    test_sql: dict[str, str] = Field(default_factory=dict)
+    test_sql: dict[str, str] = field(default_factory=dict)
 
     def params(self) -> dict[str, Param]:
         """Every parameter this plan can bind (statements take the subset they use)."""

@@ -219,9 +219,9 @@ def pinned_plan(plan: CompiledPlan, version: int, params: dict[str, Param] | Non
     for st in plan.statements:
         text = st.sql if st.role == "literal" else sqlp.pin_reads(st.sql, version, (target[0], target[1]))
         bound = {k: (params or {}).get(k, v) for k, v in st.params.items()}
-        statements.append(st.model_copy(update={"sql": text, "params": bound}))
+        statements.append(st.replace(sql=text, params=bound))
     stmts = tuple(statements)
-    return plan.model_copy(update={"statements": stmts, "sql_sha256": CompiledPlan.digest(stmts)})
+    return plan.replace(statements=stmts, sql_sha256=CompiledPlan.digest(stmts))
 
 
 def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition: str | None = None,

@@ -147,13 +147,12 @@ def pinned_plan(lake: IcebergLake, plan: CompiledPlan, pins: dict[str, int | Non
         setup.append(CompiledStatement(
             role="setup", sql=lake.redact(ice.scan_view(schema, short, table.metadata_location, sid)),
             note=f"pinned upstream {name}: snapshot {sid} (the view the executor creates in its scratch session)"))
-    statements = [st.model_copy(update={"params": {k: (params or {}).get(k, v) for k, v in st.params.items()}})
+    statements = [st.replace(params={k: (params or {}).get(k, v) for k, v in st.params.items()})
                   for st in plan.statements]
-    commits = tuple(op.model_copy(update={"params": {k: (params or {}).get(k, v) for k, v in op.params.items()}})
+    commits = tuple(op.replace(params={k: (params or {}).get(k, v) for k, v in op.params.items()})
                     for op in plan.commits)
     stmts = (*setup, *statements)
-    return plan.model_copy(update={"statements": stmts, "commits": commits,
-                                   "sql_sha256": CompiledPlan.digest(stmts, commits)})
+    return plan.replace(statements=stmts, commits=commits, sql_sha256=CompiledPlan.digest(stmts, commits))
 
 
 def as_of_pins(lake: IcebergLake, names: list[str], snapshot_id: int) -> dict[str, int | None]:
@@ -177,7 +176,7 @@ def reproduce_one(lake: IcebergLake, con: Any, m: Materialization, out: Reproduc
     """
     from lakewrap.provenance import bound, compare
 
-    commits = [CommitOp.model_validate(c) for c in m.extra_info.get("commits", [])]
+    commits = [CommitOp.validate(c) for c in m.extra_info.get("commits", [])]
     if not m.statements or len(commits) != 1:
         out.detail = ("its statements are not in the snapshot summary (committed before lakewrap recorded them, "
                       "or too large: see lakewrap.statements_omitted); `lakewrap compile --as-of` re-renders the model")
@@ -247,7 +246,7 @@ def restore_plan(spec: Any, target: str, key: str | None, version: int, window: 
     if window is not None:
         params = {"partition_start": Param(type="TIMESTAMPTZ", value=window.start),
                   "partition_end": Param(type="TIMESTAMPTZ", value=window.end)}
-        statements = tuple(st.model_copy(update={"params": params}) for st in statements)
+        statements = tuple(st.replace(params=params) for st in statements)
     what = f"the rows of {target}" + (f" in partition {window.value}" if window is not None else "")
     op = CommitOp(operation="overwrite", table=target, rows=rows, delete_where=delete_where, params=params,
                   note=f"replace {what} with those of snapshot {version}")

@@ -111,9 +111,9 @@ def pinned_plan(plan: CompiledPlan, pins: dict[str, int | None], params: dict[st
         text = st.sql if st.role == "setup" else sqlp.pin_reads(st.sql, versions, (target[0], target[1]),
                                                                  isql.CATALOG)
         bound = {k: (params or {}).get(k, v) for k, v in st.params.items()}
-        statements.append(st.model_copy(update={"sql": text, "params": bound}))
+        statements.append(st.replace(sql=text, params=bound))
     stmts = tuple(statements)
-    return plan.model_copy(update={"statements": stmts, "sql_sha256": CompiledPlan.digest(stmts)})
+    return plan.replace(statements=stmts, sql_sha256=CompiledPlan.digest(stmts))
 
 
 # --- reproduce --------------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def restore_plan(spec: Any, target: str, key: str | None, version: int, window: 
     if window is not None:
         bounds = {"partition_start": Param(type="TIMESTAMPTZ", value=window.start),
                   "partition_end": Param(type="TIMESTAMPTZ", value=window.end)}
-        body = tuple(st.model_copy(update={"params": bounds}) if "$partition_" in st.sql else st for st in body)
+        body = tuple(st.replace(params=bounds) if "$partition_" in st.sql else st for st in body)
     state = CompiledStatement(role="write", sql=q.render(isql.record_state(target)), note=isql.STATE_NOTE)
     statements = (*setup, *body, state)
     return CompiledPlan(

@@ -49,8 +49,8 @@ def params_of(compiled: CompiledPlan) -> dict[str, str]:
 def record(compiled: CompiledPlan, provenance: dict[str, Any] | None = None) -> dict[str, str]:
     """The summary properties (without the ``lakewrap.`` prefix) that make a commit explainable."""
     out = {"params": json.dumps(params_of(compiled), sort_keys=True)}
-    payload = {"statements": [s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements],
-               "commits": [op.model_dump(mode="json") for op in compiled.commits]}
+    payload = {"statements": [s.dump(exclude={"params"}) for s in compiled.statements],
+               "commits": [op.dump() for op in compiled.commits]}
     text = encode(payload)
     if len(text) <= MAX_STATEMENTS:
         out["statements"] = text

@@ -41,7 +41,7 @@ class RestoreResult:
         return {"run_id": self.run_id, "target": self.target, "partition": self.partition,
                 "from_snapshot": self.from_snapshot, "from_run": self.from_run, "dry_run": self.dry_run, "ok": self.ok,
                 "result": self.result.to_dict() if self.result is not None else None,
-                "plan": self.plan.model_dump(mode="json")}
+                "plan": self.plan.dump()}
 
 
 def restore(root: Path, model: str, *, partition: str | None = None, to_run: str | None = None,
@@ -110,7 +110,7 @@ def restore(root: Path, model: str, *, partition: str | None = None, to_run: str
         if window is not None:
             bounds = {"partition_start": Param(type="TIMESTAMPTZ", value=window.start),
                       "partition_end": Param(type="TIMESTAMPTZ", value=window.end)}
-            statements = tuple(st.model_copy(update={"params": bounds}) if "$partition_" in st.sql else st
+            statements = tuple(st.replace(params=bounds) if "$partition_" in st.sql else st
                                for st in statements)
         plan = CompiledPlan(
             model=spec.name, path=spec.path, target=target, strategy="restore", substrate="ducklake",

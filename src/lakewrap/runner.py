@@ -138,7 +138,7 @@ def plan_model(con: Any, spec: ModelSpec, value: str | None, now: datetime) -> P
     except PlanError as exc:
         raise PlanError(f"{spec.path}: {exc.message}", hint=exc.hint) from None
     if plan.columns is None and spec.strategy.kind in ("merge", "snapshot"):
-        plan = plan.model_copy(update={"columns": probe_columns(con, plan)})
+        plan = plan.replace(columns=probe_columns(con, plan))
     return plan
 
 

@@ -1,23 +1,17 @@
 """The typed, frozen description of one model: what the header and the SQL say, nothing run yet.
 
-A :class:`ModelSpec` is produced by :mod:`lakewrap.parse` and consumed by :mod:`lakewrap.plan`.
-Strategies form a discriminated union on ``kind``; cross-field rules live in validators so that an
-impossible spec cannot be constructed, whoever builds it.
+A :class:`ModelSpec` is produced by :mod:`lakewrap.parse` (validated by pydantic there) and consumed
+by :mod:`lakewrap.plan`. Strategies form a discriminated union on ``kind``; cross-field rules live in
+``__post_init__`` so that an impossible spec cannot be constructed, whoever builds it.
 """
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from lakewrap.frozen import Frozen, Meta
 from lakewrap.partitions import Grain
-
-
-class Frozen(BaseModel):
-    """Base for every spec object: immutable, no unknown fields."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class TableRef(Frozen):
@@ -67,15 +61,13 @@ class MergeStrategy(Frozen):
     exclude_columns: tuple[str, ...] = ()
     predicate: str | None = None
 
-    @model_validator(mode="after")
-    def _rules(self) -> MergeStrategy:
+    def __post_init__(self) -> None:
         if not self.unique_key:
             raise ValueError("unique_key needs at least one column")
         if (self.dedupe == "latest_by") != (self.dedupe_by is not None):
             raise ValueError("dedupe=latest_by(<col>) names exactly one ordering column")
         if self.update_columns is not None and self.exclude_columns:
             raise ValueError("update_columns and exclude_columns cannot be combined")
-        return self
 
 
 class AppendStrategy(Frozen):
@@ -94,15 +86,13 @@ class SnapshotStrategy(Frozen):
     check_cols: tuple[str, ...] | Literal["all"] | None = None
     hard_deletes: Literal["ignore", "invalidate", "new_record"] = "ignore"
 
-    @model_validator(mode="after")
-    def _rules(self) -> SnapshotStrategy:
+    def __post_init__(self) -> None:
         if not self.unique_key:
             raise ValueError("unique_key needs at least one column")
         if self.strategy == "timestamp" and self.updated_at is None:
             raise ValueError("strategy=timestamp needs updated_at=<column>")
         if self.strategy == "check" and self.check_cols is None:
             raise ValueError("strategy=check needs check_cols=<col,...> (or check_cols=all)")
-        return self
 
 
 class LiteralStrategy(Frozen):
@@ -119,7 +109,7 @@ Strategy = Annotated[
     | AppendStrategy
     | SnapshotStrategy
     | LiteralStrategy,
-    Field(discriminator="kind"),
+    Meta(discriminator="kind"),
 ]
 
 STRATEGY_KINDS = ("table", "view", "delete+insert", "merge", "append", "snapshot", "literal")
@@ -136,7 +126,7 @@ class TimePartitioning(Frozen):
     key: str
     tz: str = "UTC"
     start: str | None = None
-    lookback: int = Field(default=0, ge=0)
+    lookback: Annotated[int, Meta(ge=0)] = 0
 
 
 class DynamicPartitioning(Frozen):
@@ -146,7 +136,7 @@ class DynamicPartitioning(Frozen):
     key: str
 
 
-Partitioning = Annotated[TimePartitioning | DynamicPartitioning, Field(discriminator="kind")]
+Partitioning = Annotated[TimePartitioning | DynamicPartitioning, Meta(discriminator="kind")]
 
 
 # --- tests and contracts --------------------------------------------------------------------------
@@ -159,7 +149,7 @@ class TestSpec(Frozen):
 
     kind: str
     severity: Literal["error", "warn"] = "error"
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
     line: int
 
 
@@ -191,13 +181,13 @@ class ModelSpec(Frozen):
     columns: tuple[ColumnSpec, ...] = ()
     on_schema_change: OnSchemaChange = "fail"
     tags: tuple[str, ...] = ()
-    retry: int | None = Field(default=None, ge=0)
-    freshness_seconds: int | None = Field(default=None, gt=0)
+    retry: Annotated[int | None, Meta(ge=0)] = None
+    freshness_seconds: Annotated[int | None, Meta(gt=0)] = None
     description: str | None = None
     sql: str
     body_line: int
     output_columns: tuple[str, ...] | None = None
-    extensions: dict[str, Any] = Field(default_factory=dict)
+    extensions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def wrapped(self) -> bool:

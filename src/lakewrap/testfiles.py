@@ -34,4 +34,4 @@ def read_test_files(plan: Plan, root: Path) -> Plan:
                              "returns the failing rows") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ModelError(f"`-- test sql {rel}` cannot be read: {exc}", location=where) from None
-    return plan.model_copy(update={"test_sql": texts})
+    return plan.replace(test_sql=texts)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from lakewrap.annotations.header import Header
 from lakewrap.annotations.lexer import Annotation, Arg, split_list
@@ -311,11 +311,11 @@ def register_core(reg: Registry) -> None:
             )
         args = positional(ann, 1, None, "test <kind> <args...>")
         kind = choice(ann, args[0], tuple(kinds), "test kind")
-        severity = "error"
+        severity: Literal["error", "warn"] = "error"
         rest = []
         for a in ann.args[1:]:
             if a.key == "severity":
-                severity = choice(ann, a, ("error", "warn"), "severity")
+                severity = "warn" if choice(ann, a, ("error", "warn"), "severity") == "warn" else "error"
             else:
                 rest.append(a)
         parsed = kinds[kind].parse(ann, tuple(rest), h)

@@ -228,7 +228,7 @@ class Executor:
         if fenced_sha != compiled.sql_sha256:  # else the fence's last commit stored these statements
             log.run(con, sql.insert_compiled_sql(), {
                 "sql_sha256": compiled.sql_sha256,
-                "statements": json.dumps([s.model_dump(mode="json", exclude={"params"}) for s in compiled.statements]),
+                "statements": json.dumps([s.dump(exclude={"params"}) for s in compiled.statements]),
             })
         commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (committed_snapshot)
         extra: dict[str, Any] = {

@@ -274,7 +274,7 @@ class IcebergSqlExecutor:
                                          for t in outcomes]),
                     # what `lakewrap reproduce` re-executes: lakewrap.provenance_iceberg_sql
                     "params": json.dumps(params_of(compiled), sort_keys=True),
-                    "statements": json.dumps([s.model_dump(mode="json", exclude={"params"})
+                    "statements": json.dumps([s.dump(exclude={"params"})
                                               for s in compiled.statements]),
                     "schema_changes": json.dumps(result.schema_changes),
                     "provenance": json.dumps(provenance or {}, sort_keys=True),
