@@ -79,6 +79,12 @@ def test_rules_hold_however_a_record_is_built() -> None:
         MergeStrategy(unique_key=("id",), bogus=1)  # type: ignore[call-arg]
     with pytest.raises(AttributeError):
         merge.unique_key = ("x",)  # type: ignore[misc]
+    # equality and hashing are by class and field values; repr names both
+    same = MergeStrategy.decode(merge.dump())
+    assert same == merge and same is not merge and hash(same) == hash(merge) and len({same, merge}) == 1
+    assert merge != merge.replace(dedupe="latest_by", dedupe_by="t")
+    assert merge != TimePartitioning(grain=Grain.DAILY, key="d")
+    assert repr(merge).startswith("MergeStrategy(kind='merge', unique_key=('id',), dedupe='error'")
 
 
 def test_pydantic_reports_what_a_person_got_wrong() -> None:

@@ -25,11 +25,6 @@ from typing import Annotated, Any, Literal
 from lakewrap.errors import ConfigError, Location
 from lakewrap.frozen import Frozen, Meta
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 CONFIG_FILE = "lakewrap.toml"
 DEFAULT_DIR = ".lakewrap"
 _SECRET_WORDS = ("password", "secret", "access_key", "key_id", "token", "credential")
@@ -290,6 +285,11 @@ def _save(root: Path, digest: str, config: ProjectConfig) -> None:
 
 def _validate(raw: bytes) -> ProjectConfig:
     """Parse and validate the file's bytes; a :class:`ConfigError` with its line on any problem."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
     try:
         text = raw.decode("utf-8")
         data: dict[str, Any] = tomllib.loads(text)

@@ -61,10 +61,30 @@ class Frozen:
 
     __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # set on each subclass
+    _names: ClassVar[tuple[str, ...]]  # its fields' names, in order
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+        # dataclasses generates the methods it writes from source text (~0.1 ms of exec each):
+        # __init__, __setattr__ and __delattr__ per class; __repr__, __eq__ and __hash__ are the
+        # base's, which saves ~10 ms of every process's start (30 classes).
+        dataclasses.dataclass(frozen=True, kw_only=True, repr=False, eq=False)(cls)
+        cls._names = tuple(f.name for f in dataclasses.fields(cls))
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._names)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._names)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._values()))
 
     @classmethod
     def validate(cls: type[R], data: Any) -> R:
