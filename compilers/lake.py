@@ -180,6 +180,11 @@ def current_snapshot(alias: str) -> str:
         exp.Table(this=exp.Anonymous(this="current_snapshot"), db=q.ident(alias))))
 
 
+def newest_snapshot(catalog: str) -> str:
+    """The newest snapshot id, read from the lake's catalog database ``catalog`` (``__ducklake_metadata_<alias>``)."""
+    return q.render(exp.select(exp.Max(this=exp.column("snapshot_id"))).from_(q.table(catalog, "ducklake_snapshot")))
+
+
 def last_committed_snapshot(alias: str) -> str:
     """The snapshot a materialization's COMMIT created, found by the ``$commit_id`` of its extra_info
     among the snapshots after the transaction's ``$pin``.

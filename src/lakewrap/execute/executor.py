@@ -264,11 +264,30 @@ class Executor:
         another writer committed in the meantime, and the commit is found by its ``commit_id`` among
         the snapshots after ``pin`` (``snapshots()`` lists the whole history: 6-30 ms, growing with it).
         """
-        newest = int(log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0])
+        newest = self._newest_snapshot(con, log)
         if newest == pin + 1:
             return newest
         return int(log.run(con, sql.last_committed_snapshot(self.lake.alias),
                            {"commit_id": commit_id, "pin": pin}).fetchone()[0])
+
+    def _newest_snapshot(self, con: Any, log: StatementLog) -> int:
+        """The lake's newest snapshot id, right after this connection's COMMIT.
+
+        When the commit changed a schema (``CREATE OR REPLACE``, a first run's bootstrap, an
+        ``on_schema_change`` ALTER), the committing connection reloads the lake's catalog on its
+        next query (14-20 ms); a fresh cursor reading the catalog database's ``ducklake_snapshot``
+        does not (1 ms). SQLite catalogs are asked through ``current_snapshot()``: lakewrap does not
+        read a SQLite catalog through DuckDB's attachment of it anywhere else.
+        """
+        if self.lake.config.catalog == "sqlite":
+            return int(log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0])
+        cursor = con.cursor()
+        try:
+            with self.lake.statement_lock:  # one statement at a time on a shared instance
+                row = log.run(cursor, sql.newest_snapshot(sql.metadata_catalog(self.lake.alias))).fetchone()
+            return int(row[0])
+        finally:
+            cursor.close()
 
     def _execute(self, con: Any, st: CompiledStatement, log: StatementLog) -> Any:
         params = {k: v.python() for k, v in st.params.items()}
