@@ -39,6 +39,7 @@ import pytest
 from lakewrap import materialize
 from lakewrap.compile import load_project
 from lakewrap.compilers import lake as sql
+from lakewrap.compilers.runlog import metadata_catalog
 from lakewrap.errors import ConfigError
 from lakewrap.execute.executor import RETRYABLE, Executor, Result, RetryPolicy, is_retryable
 from lakewrap.execute.lake import Lake
@@ -567,8 +568,8 @@ class FaultInjector:
 
     Every ``execute`` is counted and, unless ``rule(n, statement)`` returns an exception for it,
     forwarded to DuckDB; a returned exception is raised *instead of* running the statement, which
-    is a failure between statement n-1 and statement n. Everything else (``register``, ``close``,
-    cursors' results) is the real connection's.
+    is a failure between statement n-1 and statement n; a cursor's statements count in the same
+    sequence. Everything else (``register``, ``close``, results) is the real connection's.
     """
 
     def __init__(self, con: Any, rule: Rule | None = None) -> None:
@@ -582,6 +583,12 @@ class FaultInjector:
         if fault is not None:
             raise fault
         return self._con.execute(statement, *args)
+
+    def cursor(self) -> FaultInjector:
+        """A cursor of the real connection whose statements are counted (and faulted) in this sequence."""
+        child = FaultInjector(self._con.cursor(), self.rule)
+        child.statements = self.statements
+        return child
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
@@ -730,8 +737,8 @@ def test_a_fault_at_every_statement_boundary_writes_nothing(tmp_path: Path, name
         statements = lake.injectors[-1].statements
         assert lake_state(lake, target).snapshots == before.snapshots + 1  # one materialization, one snapshot
         post_commit = len(statements)
-        # after COMMIT, one read of the snapshot id (the newest: nothing else commits here)
-        assert statements[-1] == sql.current_snapshot(lake.alias)
+        # after COMMIT, one read of the snapshot id (the newest: nothing else commits here), on a cursor
+        assert statements[-1] == sql.newest_snapshot(metadata_catalog(lake.alias))
         assert statements[-2] == sql.COMMIT
         begin = max(i for i, st in enumerate(statements, 1) if st == sql.BEGIN)  # the materialization's
         figures: Counter[str] = Counter()

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
 from functools import wraps
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -119,20 +118,6 @@ project_option = click.option(
 def main(debug: bool) -> None:
     """lakewrap: compile annotated SELECTs into the DDL/DML that maintains DuckLake and Iceberg tables."""
     _exit_without_collecting()
-    _remember_missing_pandas()
-
-
-def _remember_missing_pandas() -> None:
-    """Let a missing pandas be looked for once, not at every bound parameter.
-
-    DuckDB's Python client tries ``import pandas`` whenever it binds a parameter: 172 times in a
-    one-model `lakewrap run`. Python does not remember a failed import, so without pandas each try
-    searched ``sys.path`` again (~60 us; ~10 ms a run). In this process, which lakewrap owns, a
-    ``None`` entry in ``sys.modules`` makes every later try fail at once, as it would anyway. The
-    Python API does not do this: it runs in other people's processes.
-    """
-    if "pandas" not in sys.modules and find_spec("pandas") is None:
-        sys.modules["pandas"] = None  # type: ignore[assignment]
 
 
 _exit_armed = False
