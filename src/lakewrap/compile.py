@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakewrap import __version__
-from lakewrap.cachekey import code_key
 from lakewrap.errors import PlanError
 from lakewrap.execute import statements
 from lakewrap.plan import Plan, Substrate, make_plan
 from lakewrap.project import Project, model_files
 from lakewrap.spec import ModelSpec, TimePartitioning
+from lakewrap.targetdir import code_key, write_atomic
 
 if TYPE_CHECKING:
     from lakewrap.compilers.artifacts import CompiledPlan, Window
@@ -150,10 +150,7 @@ class _Cache:
         header = json.dumps({"format": CACHE_FORMAT, "version": __version__, "key": self.key, "statements": texts})
         text = "\n".join([header, *(e.encode(rel) for rel, e in self.entries.items())])
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_atomic(self.path, text)
             self.dirty = False
             statements.saved()
         except OSError:

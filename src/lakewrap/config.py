@@ -13,9 +13,9 @@ Credentials never live in this file: S3 keys come from ``AWS_ACCESS_KEY_ID`` /
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
 import re
 import sys
 from dataclasses import field
@@ -259,7 +259,7 @@ def load_config(root: Path) -> ProjectConfig:
 
 
 def _cached(root: Path, digest: str) -> ProjectConfig | None:
-    from lakewrap.cachekey import code_key
+    from lakewrap.targetdir import code_key
 
     try:
         doc = json.loads((root / CONFIG_CACHE).read_bytes())
@@ -271,16 +271,10 @@ def _cached(root: Path, digest: str) -> ProjectConfig | None:
 
 
 def _save(root: Path, digest: str, config: ProjectConfig) -> None:
-    from lakewrap.cachekey import code_key
+    from lakewrap.targetdir import code_key, write_atomic
 
-    path = root / CONFIG_CACHE
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"sha256": digest, "key": code_key(), "config": config.dump()}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only project validates its config on every run
+    with contextlib.suppress(OSError):  # a read-only project validates its config on every run
+        write_atomic(root / CONFIG_CACHE, json.dumps({"sha256": digest, "key": code_key(), "config": config.dump()}))
 
 
 def _validate(raw: bytes) -> ProjectConfig:

@@ -111,7 +111,7 @@ class Frozen:
 
     def dump(self, *, exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
         """The record as JSON values, fields in declaration order (tuples as lists, datetimes ISO 8601)."""
-        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in exclude}
+        return {name: plain(getattr(self, name)) for name in self._names if name not in exclude}
 
     def dump_json(self, *, indent: int | None = None) -> str:
         """:meth:`dump` as JSON text (UTF-8 characters as they are)."""

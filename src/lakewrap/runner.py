@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -27,6 +26,7 @@ from lakewrap.execute.lake import Lake
 from lakewrap.partitions import Grain, parse_partition, partition_range
 from lakewrap.plan import Param, Plan, make_plan
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
+from lakewrap.targetdir import write_atomic
 
 
 def _substrate(root: Path) -> str:
@@ -219,12 +219,8 @@ def materialize_spec(con: Any, executor: Executor, spec: ModelSpec, value: str |
 
 def write_results(root: Path, folder: Path, report: RunReport) -> None:
     text = json.dumps(report.to_dict(), indent=2, default=str)
-    folder.mkdir(parents=True, exist_ok=True)
     for path in (folder / "results.json", root / "target" / "run_results.json"):
-        # one temporary file per writer: threads of one process (``materialize`` on a shared lake) too
-        tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)  # threads of one process (``materialize`` on a shared lake) write too
 
 
 def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:

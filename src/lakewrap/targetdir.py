@@ -1,10 +1,12 @@
-"""The key every cache under ``target/cache/`` is valid for: this exact lakewrap and sqlglot."""
+"""Files lakewrap keeps under a project's ``target/``: the key its caches are valid for, and how
+every file there is replaced (whole or not at all)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import os
+from pathlib import Path
 
 from lakewrap import __version__
 
@@ -41,3 +43,19 @@ def code_key() -> str:
                 continue
             h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` at once: readers see the old file or the new one, never a part.
+
+    The temporary file is one per process and thread, so concurrent writers never share one.
+
+    Raises:
+        OSError: the folder cannot be created or written (a read-only project).
+    """
+    import threading
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
