@@ -28,6 +28,8 @@ The strategies (lakewrap model; hand-written shapes; dbt):
 - merge: ``partitioned dynamic key=updated_at`` + ``unique_key order_id``, i.e. the watermark window
   (day 91) merged into an unpartitioned target, the shape of (c') ``MERGE`` from a TEMP table of the
   window; also (c") TEMP + ``DELETE … IN`` + ``INSERT``; dbt ``merge`` with ``updated_at > max``.
+- merge-replace: the same model with ``matched=replace`` (the matched rows deleted, the window's
+  rows inserted: new row ids, no updates in the change feed); (c").
 - append: ``partitioned daily key=created_at`` + ``append``, day 91; (d) ``INSERT`` of the window;
   dbt ``append`` with ``created_at > max``.
 - snapshot: ``snapshot strategy=timestamp`` (the whole source: a lakewrap snapshot takes no window);
@@ -144,6 +146,13 @@ WHERE created_at >= $partition_start AND created_at < $partition_end
     "merge_orders": f"""-- materialized incremental
 -- partitioned dynamic key=updated_at
 -- unique_key order_id
+SELECT {COL_LIST}
+FROM raw.orders_raw
+WHERE updated_at > $partition_start AND updated_at <= $partition_end
+""",
+    "mergerep_orders": f"""-- materialized incremental
+-- partitioned dynamic key=updated_at
+-- unique_key order_id matched=replace
 SELECT {COL_LIST}
 FROM raw.orders_raw
 WHERE updated_at > $partition_start AND updated_at <= $partition_end
@@ -325,6 +334,8 @@ SCENARIOS = (
              ("run", "--select", "di_orders", "--event-time-start", DAY90, "--event-time-end", DAY91), COUNTS),
     Scenario("merge", "merge_orders", ("--now", RUN_NOW), ("c'", 'c"'), ("run", "--select", "merge_orders"),
              COUNTS),
+    # ``matched=replace``: the matched rows deleted and the window's inserted, as (c") does
+    Scenario("merge-replace", "mergerep_orders", ("--now", RUN_NOW), ('c"',), (), COUNTS, table="merge_orders"),
     Scenario("append", "append_orders", ("--partition", DAY91), ("d",), ("run", "--select", "append_orders"),
              COUNTS),
     # lakewrap's snapshot with a watermark reads only the rows past the last run, as (e) does

@@ -82,6 +82,9 @@ class CommitOp(Frozen):
     rewrite: str | None = None
     rewrite_keys: str | None = None
     rewrite_above: int | None = None
+    # A merge with ``matched=replace``: the same commit, its row counts as DuckLake's delete and
+    # insert (rows deleted: the matched rows; rows inserted: every appended row), not as updates.
+    replaces_matched: bool = False
 
     def line(self) -> str:
         """The readable one-liner ``lakewrap compile`` prints."""
@@ -91,6 +94,8 @@ class CommitOp(Frozen):
         if self.rewrite is not None:
             text += (f"; when more than {self.rewrite_above} keys match: delete every row, then append the rows of "
                      f"{' '.join(self.rewrite.split())}")
+        if self.replaces_matched:
+            text += "; matched=replace: the matched rows count as deleted, the appended rows as inserted"
         return text
 
 

@@ -290,7 +290,8 @@ class IcebergCompiler(Compiler):
                                   delete_where=delete_where, note=note,
                                   rewrite=q.render(self.after(plan)) if whole else None,
                                   rewrite_keys=q.render(count) if whole else None,
-                                  rewrite_above=REWRITE_ABOVE if whole else None), set())]
+                                  rewrite_above=REWRITE_ABOVE if whole else None,
+                                  replaces_matched=merge.matched == "replace"), set())]
             case "snapshot":
                 note = ("SCD2: replace the closed current versions, add the new versions (nothing is committed "
                         "when no row changed)" + spec)

@@ -168,7 +168,10 @@ def merge(
     dedupe_by: str | None = None,
     update_columns: Sequence[str] | None = None,
     exclude_columns: Sequence[str] = (),
+    matched: Literal["update", "replace"] = "update",
 ) -> Outcome:
+    """``matched=update``: a matched row's update columns take the result's values; ``replace``: the
+    matched row is deleted and the result's row inserted (counted as such)."""
     staged = latest_by(result, keys, dedupe_by) if dedupe_by else list(result)
     reasons: set[str] = set()
     _guard_window(staged, window, reasons)
@@ -181,17 +184,21 @@ def merge(
         updates = [c for c in columns if c not in keys and c not in exclude_columns]
     rows = {_key(r, keys): dict(r) for r in before or []}
     assert len(rows) == len(before or []), "the reference target lost its unique key"
-    inserted = updated = 0
+    inserted = updated = deleted = 0
     for r in staged:
         k = _key(r, keys)
-        if k in rows:
+        if matched == "replace":
+            deleted += k in rows
+            rows[k] = {c: r[c] for c in columns}
+            inserted += 1
+        elif k in rows:
             for c in updates:
                 rows[k][c] = r[c]
             updated += 1
         else:
             rows[k] = {c: r[c] for c in columns}
             inserted += 1
-    return Outcome(list(rows.values()), inserted=inserted, updated=updated)
+    return Outcome(list(rows.values()), inserted=inserted, updated=updated, deleted=deleted)
 
 
 # --- SCD2 snapshot ----------------------------------------------------------------------------------

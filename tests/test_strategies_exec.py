@@ -239,6 +239,8 @@ def test_merge_unpartitioned_options(tmp_path: Path) -> None:
                           "SELECT order_id, amount, status, created_at, updated_at FROM raw.orders\n",
         "out/m_comp.sql": "-- materialized incremental\n-- unique_key customer_id,order_id\n"
                           "SELECT customer_id, order_id, amount FROM raw.orders\n",
+        "out/m_repl.sql": "-- materialized incremental\n-- unique_key customer_id,order_id matched=replace\n"
+                          "SELECT order_id, customer_id, amount, status, updated_at FROM raw.orders\n",
     })
     models = [
         merge_model("out.m_all", ("order_id", "customer_id", "amount", "status", "updated_at"), MERGE_SOURCE,
@@ -248,6 +250,8 @@ def test_merge_unpartitioned_options(tmp_path: Path) -> None:
         merge_model("out.m_excl", ("order_id", "amount", "status", "created_at", "updated_at"), MERGE_SOURCE,
                     ("order_id",), exclude_columns=("created_at",)),
         merge_model("out.m_comp", ("customer_id", "order_id", "amount"), MERGE_SOURCE, ("customer_id", "order_id")),
+        merge_model("out.m_repl", ("order_id", "customer_id", "amount", "status", "updated_at"), MERGE_SOURCE,
+                    ("customer_id", "order_id"), matched="replace"),
     ]
     checker = Checker(lh, models)
     history = [
@@ -279,6 +283,35 @@ def test_merge_unpartitioned_options(tmp_path: Path) -> None:
         assert 2 in excl  # MERGE never deletes
     finally:
         con.close()
+
+
+def test_merge_matched_update_keeps_row_ids_and_replace_does_not(tmp_path: Path) -> None:
+    """The two ways to write a matched row give the same table and different change feeds: MERGE
+    updates the row in place (same row id, an update in ``table_changes``), ``matched=replace``
+    deletes it and inserts the result's row (a new row id, a delete and an insert)."""
+    import pyarrow as pa
+
+    first = pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"]})
+    second = pa.table({"k": [2, 4], "v": ["B", "d"]})
+    feeds = {}
+    for mode in ("update", "replace"):
+        target = f"out.{mode}"
+        results = [lakewrap.materialize(data, lake=tmp_path, target=target, strategy="merge", unique_key="k",
+                                        matched=mode)  # type: ignore[arg-type]
+                   for data in (first, second)]
+        assert [r.status for r in results] == ["success", "success"], [r.error for r in results]
+        counts = (results[1].rows_inserted, results[1].rows_updated, results[1].rows_deleted)
+        assert counts == ((1, 1, 0) if mode == "update" else (2, 0, 1))
+        project = lakewrap.Project(tmp_path)
+        rows = project.query(f"SELECT k, v FROM {target} ORDER BY k").to_pylist()
+        assert rows == [{"k": 1, "v": "a"}, {"k": 2, "v": "B"}, {"k": 3, "v": "c"}, {"k": 4, "v": "d"}]
+        snap = results[1].snapshot_id
+        feeds[mode] = Counter(
+            (r["change_type"], r["k"]) for r in project.query(
+                f"SELECT change_type, k FROM ducklake_table_changes('lake', 'out', '{mode}', {snap}, {snap})"
+            ).to_pylist())
+    assert feeds["update"] == Counter({("update_preimage", 2): 1, ("update_postimage", 2): 1, ("insert", 4): 1})
+    assert feeds["replace"] == Counter({("delete", 2): 1, ("insert", 2): 1, ("insert", 4): 1})
 
 
 CHANGES = {"order_id": "INTEGER", "status": "VARCHAR", "version": "INTEGER", "changed_at": "TIMESTAMPTZ",
@@ -638,6 +671,9 @@ def event_models() -> tuple[dict[str, str], list[RefModel]]:
         "out/mg_cols.sql": "-- materialized incremental\n-- partitioned daily key=ts\n"
                            "-- unique_key id update_columns=v,ts\n"
                            "SELECT id, v, s, ts FROM raw.events\n" + IN_BATCH,
+        "out/mg_repl.sql": "-- materialized incremental\n-- partitioned daily key=ts\n"
+                           "-- unique_key id matched=replace\n"
+                           "SELECT id, v, s, ts FROM raw.events\n" + IN_BATCH,
     }
     models = [
         delete_insert_model("out.di", ("id", "v", "s", "ts"), "raw.events", "batch", "ts"),
@@ -646,6 +682,8 @@ def event_models() -> tuple[dict[str, str], list[RefModel]]:
                     key="ts", dedupe_by="updated_at"),
         merge_model("out.mg_cols", ("id", "v", "s", "ts"), "raw.events", ("id",), filter_on="batch", key="ts",
                     update_columns=("v", "ts")),
+        merge_model("out.mg_repl", ("id", "v", "s", "ts"), "raw.events", ("id",), filter_on="batch", key="ts",
+                    matched="replace"),
     ]
     return files, models
 

@@ -194,6 +194,7 @@ def materialize(
     tz: str = "UTC",
     unique_key: str | Sequence[str] | None = None,
     dedupe_by: str | None = None,
+    matched: Literal["update", "replace"] = "update",
     updated_at: str | None = None,
     check_cols: Sequence[str] | None = None,
     hard_deletes: Literal["ignore", "invalidate", "new_record"] = "ignore",
@@ -204,8 +205,9 @@ def materialize(
 
     The same compiler, guards and executor as a model run: a partitioned write refuses rows outside
     the partition's window, a merge refuses NULL or duplicate keys (or dedupes with ``dedupe_by``),
-    and a failure writes nothing. Returns the :class:`Result`; raises nothing for data errors
-    (check ``result.status``).
+    and a failure writes nothing. A merge updates matched rows in place (``matched="update"``) or
+    deletes them and inserts the data's rows (``"replace"``, as ``-- unique_key ... matched=replace``).
+    Returns the :class:`Result`; raises nothing for data errors (check ``result.status``).
     """
     from lakewrap.compile import compile_plan
     from lakewrap.plan import make_plan
@@ -221,7 +223,8 @@ def materialize(
         case "append":
             strat = AppendStrategy()
         case "merge":
-            strat = MergeStrategy(unique_key=keys, dedupe="latest_by" if dedupe_by else "error", dedupe_by=dedupe_by)
+            strat = MergeStrategy(unique_key=keys, dedupe="latest_by" if dedupe_by else "error", dedupe_by=dedupe_by,
+                                  matched=matched)
         case "snapshot":
             strat = SnapshotStrategy(strategy="timestamp" if updated_at else "check", unique_key=keys,
                                      updated_at=updated_at, check_cols=tuple(check_cols) if check_cols else

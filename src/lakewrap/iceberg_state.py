@@ -40,7 +40,9 @@ def materializations(table: Any) -> list[dict[str, Any]]:
         deleted = max(0, total_records(parent) + appended - total_records(last))
         strategy = props.get("strategy", "")
         rebuilt = strategy == "table" or props.get("full_refresh") == "true"
-        updated = deleted if strategy in ("merge", "snapshot") and not rebuilt else 0
+        # a merge or snapshot counts its replaced rows as updated, except a merge with matched=replace
+        updates = strategy in ("merge", "snapshot") and not rebuilt and props.get("matched") != "replace"
+        updated = deleted if updates else 0
         out.append({
             "snapshot_id": last.snapshot_id,
             "run_id": props.get("run_id"),
@@ -48,7 +50,7 @@ def materializations(table: Any) -> list[dict[str, Any]]:
             "strategy": strategy,
             "rows_inserted": appended - updated,
             "rows_updated": updated,
-            "rows_deleted": 0 if strategy in ("merge", "snapshot") or rebuilt else deleted,
+            "rows_deleted": 0 if updates or rebuilt else deleted,
             "sql_sha256": props.get("sql_sha256", ""),
             "committed_at": datetime.fromtimestamp(last.timestamp_ms / 1000, tz=timezone.utc).isoformat(),
             "pins": json.loads(props["pins"]) if props.get("pins") else {},

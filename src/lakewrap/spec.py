@@ -60,10 +60,16 @@ class MergeStrategy(Frozen):
     update_columns: tuple[str, ...] | None = None
     exclude_columns: tuple[str, ...] = ()
     predicate: str | None = None
+    # What happens to a target row whose key the result holds: ``update`` (MERGE: updated in place,
+    # its row id and change-feed update kept) or ``replace`` (deleted, the result's row inserted).
+    matched: Literal["update", "replace"] = "update"
 
     def __post_init__(self) -> None:
         if not self.unique_key:
             raise ValueError("unique_key needs at least one column")
+        if self.matched == "replace" and (self.update_columns is not None or self.exclude_columns
+                                          or self.predicate is not None):
+            raise ValueError("matched=replace replaces whole rows: no update_columns, exclude_columns or predicate")
         if (self.dedupe == "latest_by") != (self.dedupe_by is not None):
             raise ValueError("dedupe=latest_by(<col>) names exactly one ordering column")
         if self.update_columns is not None and self.exclude_columns:

@@ -201,12 +201,12 @@ def register_core(reg: Registry) -> None:
         h.partition = TimePartitioning(grain=Grain(grain), key=key, tz=tz, start=start, lookback=lookback)
 
     uk_usage = ("unique_key <col>[,<col>] [dedupe=error|latest_by(<col>)] "
-                "[update_columns=<cols>] [exclude_columns=<cols>] [predicate=\"<SQL>\"]")
+                "[update_columns=<cols>] [exclude_columns=<cols>] [predicate=\"<SQL>\"] [matched=update|replace]")
 
     @reg.keyword("unique_key", usage=uk_usage, summary="MERGE on this key")
     def unique_key(ann: Annotation, h: Header) -> None:
         (arg,) = positional(ann, 1, 1, uk_usage)
-        opts = options(ann, ("dedupe", "update_columns", "exclude_columns", "predicate"), uk_usage)
+        opts = options(ann, ("dedupe", "update_columns", "exclude_columns", "predicate", "matched"), uk_usage)
         merge: dict[str, Any] = {"unique_key": column_list(ann, arg, h, "unique_key")}
         if "dedupe" in opts:
             d = opts["dedupe"]
@@ -249,6 +249,23 @@ def register_core(reg: Registry) -> None:
             merge["predicate"] = sql_condition(
                 ann, opts["predicate"], "predicate", 'predicate="target.created_at >= now() - INTERVAL 7 DAY"'
             )
+        if "matched" in opts:
+            how = opts["matched"]
+            if how.value not in ("update", "replace"):
+                raise ann.error(
+                    f"unknown matched `{how.value}`",
+                    column=how.column,
+                    hint="write `matched=update` (the default: MERGE updates a matched row in place) or "
+                    "`matched=replace` (delete the matched rows, insert the result's)",
+                )
+            for opt in ("update_columns", "exclude_columns", "predicate"):
+                if how.value == "replace" and opt in opts:
+                    raise ann.error(
+                        f"matched=replace cannot be combined with {opt}=",
+                        column=opts[opt].column,
+                        hint=f"replace writes the result's whole rows: remove {opt}=, or write matched=update",
+                    )
+            merge["matched"] = how.value
         h.merge = merge
 
     @reg.keyword("append", usage="append", summary="insert only (not idempotent)")

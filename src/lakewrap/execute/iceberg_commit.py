@@ -177,6 +177,7 @@ class IcebergExecutor:
             "watermark": window.end if window and window.kind == "dynamic" else "",
             "started_at": started_at.isoformat(), "attempt": str(attempt), "lakewrap_version": __version__,
             "full_refresh": "true" if refresh else "",
+            "matched": "replace" if op.replaces_matched else "",  # how lakewrap.iceberg_state counts the rows
             # on_schema_change's changes (the commit's update_schema): `reproduce` applies them again
             "schema_changes": json.dumps({"add": changes.add, "widen": changes.widen, "drop": changes.drop,
                                           "leave_out": changes.leave_out,
@@ -189,8 +190,9 @@ class IcebergExecutor:
         summary = {PREFIX + k: v for k, v in props.items()}
         self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh, changes)
         if rewritten is not None:  # the read-back counted every row of the table as replaced
+            matched, merged = rewritten
             result.rows_updated, result.rows_inserted, result.rows_deleted = (
-                rewritten[0], rewritten[1] - rewritten[0], 0)
+                (0, merged, matched) if op.replaces_matched else (matched, merged - matched, 0))
         if stage_rows == 0 and result.rows_deleted > 0:
             warning = f"the result is empty but the partition had {result.rows_deleted} rows; they were removed"
             result.warnings.append(warning)  # (--strict refuses before the commit, below)
@@ -284,8 +286,9 @@ class IcebergExecutor:
         if refresh:  # a rebuild, as DuckLake's drop and re-create: only the rows written count
             result.rows_inserted = appended
             return
+        replaced = any(op.replaces_matched for op in compiled.commits)
         match compiled.strategy:
-            case "merge" | "snapshot":
+            case "merge" | "snapshot" if not replaced:
                 result.rows_updated, result.rows_inserted = deleted, appended - deleted
             case "table":
                 result.rows_inserted = appended
