@@ -40,7 +40,8 @@ def lake_rows(root: Path, sql: str) -> list[tuple[object, ...]]:
 
 
 def test_a_warm_run_imports_neither_sqlglot_nor_rich_nor_pydantic(tmp_path: Path) -> None:
-    """The second run takes its specs, statements and config from the cache and prints plain text into a pipe."""
+    """The second run takes its specs, statements and config from the cache and prints plain text into a
+    pipe; on a DuckDB-file catalog it has no use for Python's sqlite3 either."""
     root = shop_copy(tmp_path)
     (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "ducklake"\n')  # the embedded default, spelled out
     seed_project(root)
@@ -52,7 +53,7 @@ def test_a_warm_run_imports_neither_sqlglot_nor_rich_nor_pydantic(tmp_path: Path
         f"    main(['run', 'sales.orders', '--project', {str(root)!r}, '--partition', '2024-01-02'])\n"
         "except SystemExit as e:\n"
         "    assert e.code in (0, None), e.code\n"
-        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sqlglot', 'rich', 'pydantic'})\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'sqlglot', 'rich', 'pydantic', 'sqlite3'})\n"
         "print('LOADED', loaded, file=sys.stderr)\n"
     )
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

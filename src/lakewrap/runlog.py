@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -157,6 +156,8 @@ class _DuckDBBackend(_Backend):
 
 class _SQLiteBackend(_Backend):
     def __init__(self, path: Path) -> None:
+        import sqlite3  # only here: a run on any other catalog does not load it (1-4 ms)
+
         self.db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
         for stmt in stmts.ddl("sqlite"):
             self.db.execute(stmt)
