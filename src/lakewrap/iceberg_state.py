@@ -43,14 +43,18 @@ def materializations(table: Any) -> list[dict[str, Any]]:
         # a merge or snapshot counts its replaced rows as updated, except a merge with matched=replace
         updates = strategy in ("merge", "snapshot") and not rebuilt and props.get("matched") != "replace"
         updated = deleted if updates else 0
+        inserted, deleted = appended - updated, 0 if updates or rebuilt else deleted
+        if props.get("counts"):  # a merge that rewrote the whole table: the totals count every row as replaced
+            counts = json.loads(props["counts"])
+            inserted, updated, deleted = counts["inserted"], counts["updated"], counts["deleted"]
         out.append({
             "snapshot_id": last.snapshot_id,
             "run_id": props.get("run_id"),
             "partition": props.get("partition") or None,
             "strategy": strategy,
-            "rows_inserted": appended - updated,
+            "rows_inserted": inserted,
             "rows_updated": updated,
-            "rows_deleted": 0 if updates or rebuilt else deleted,
+            "rows_deleted": deleted,
             "sql_sha256": props.get("sql_sha256", ""),
             "committed_at": datetime.fromtimestamp(last.timestamp_ms / 1000, tz=timezone.utc).isoformat(),
             "pins": json.loads(props["pins"]) if props.get("pins") else {},

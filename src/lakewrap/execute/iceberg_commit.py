@@ -151,14 +151,17 @@ class IcebergExecutor:
             log.note(op.line())
             rows = cursor.execute(op.rows).to_arrow_table()
             delete = None
-            rewritten: tuple[int, int] | None = None  # (matched keys, rows of the merge) of a whole rewrite
+            # a whole rewrite's (updated, inserted, deleted): snapshot totals would count every row as replaced
+            rewritten: tuple[int, int, int] | None = None
             if (op.operation == "overwrite" or refresh) and target.table is not None:
                 where = "TRUE" if refresh else op.delete_where or "TRUE"
                 if op.rewrite is not None and op.rewrite_keys is not None and not refresh:
                     matched = int(log.run(cursor, op.rewrite_keys).fetchone()[0])
                     if matched > (op.rewrite_above or 0):
                         log.note(f"{matched} keys match: the commit rewrites the table (no key filter)")
-                        rewritten, where = (matched, rows.num_rows), "TRUE"
+                        merged = rows.num_rows
+                        rewritten = (0, merged, matched) if op.replaces_matched else (matched, merged - matched, 0)
+                        where = "TRUE"
                         rows = cursor.execute(op.rewrite).to_arrow_table()
                 params = {k: v.python() for k, v in op.params.items()}
                 delete = to_filter(where, params, cursor, target.table.schema())
@@ -178,6 +181,8 @@ class IcebergExecutor:
             "started_at": started_at.isoformat(), "attempt": str(attempt), "lakewrap_version": __version__,
             "full_refresh": "true" if refresh else "",
             "matched": "replace" if op.replaces_matched else "",  # how lakewrap.iceberg_state counts the rows
+            "counts": json.dumps(dict(zip(("updated", "inserted", "deleted"), rewritten, strict=True)))
+            if rewritten else "",  # a whole rewrite's own counts (lakewrap.iceberg_state reads them)
             # on_schema_change's changes (the commit's update_schema): `reproduce` applies them again
             "schema_changes": json.dumps({"add": changes.add, "widen": changes.widen, "drop": changes.drop,
                                           "leave_out": changes.leave_out,
@@ -190,9 +195,7 @@ class IcebergExecutor:
         summary = {PREFIX + k: v for k, v in props.items()}
         self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh, changes)
         if rewritten is not None:  # the read-back counted every row of the table as replaced
-            matched, merged = rewritten
-            result.rows_updated, result.rows_inserted, result.rows_deleted = (
-                (0, merged, matched) if op.replaces_matched else (matched, merged - matched, 0))
+            result.rows_updated, result.rows_inserted, result.rows_deleted = rewritten
         if stage_rows == 0 and result.rows_deleted > 0:
             warning = f"the result is empty but the partition had {result.rows_deleted} rows; they were removed"
             result.warnings.append(warning)  # (--strict refuses before the commit, below)
