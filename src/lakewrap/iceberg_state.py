@@ -15,7 +15,7 @@ from typing import Any
 
 from lakewrap.errors import ExecutionError, PlanError
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.execute.iceberg_commit import PREFIX, total_records
+from lakewrap.execute.iceberg_commit import PREFIX, row_counts, total_records
 
 
 def materializations(table: Any) -> list[dict[str, Any]]:
@@ -39,11 +39,9 @@ def materializations(table: Any) -> list[dict[str, Any]]:
                        if s.summary.operation.value == "append")
         deleted = max(0, total_records(parent) + appended - total_records(last))
         strategy = props.get("strategy", "")
-        rebuilt = strategy == "table" or props.get("full_refresh") == "true"
-        # a merge or snapshot counts its replaced rows as updated, except a merge with matched=replace
-        updates = strategy in ("merge", "snapshot") and not rebuilt and props.get("matched") != "replace"
-        updated = deleted if updates else 0
-        inserted, deleted = appended - updated, 0 if updates or rebuilt else deleted
+        inserted, updated, deleted = row_counts(strategy, appended, deleted,
+                                                rebuilt=props.get("full_refresh") == "true",
+                                                replaced=props.get("matched") == "replace")
         if props.get("counts"):  # a merge that rewrote the whole table: the totals count every row as replaced
             counts = json.loads(props["counts"])
             inserted, updated, deleted = counts["inserted"], counts["updated"], counts["deleted"]

@@ -263,7 +263,7 @@ class IcebergExecutor:
                                         f"the table's history: {str(exc).splitlines()[0]}") from exc
                 raise
             log.note(f"commit {commit_id} found in the table's history: it landed")
-        self._read_back(compiled, commit_id, rows.num_rows, result, refresh)
+        self._read_back(compiled, commit_id, rows.num_rows, result, refresh, op.replaces_matched)
         result.status = "success"
 
     def _landed(self, target: str, commit_id: str) -> bool:
@@ -273,7 +273,7 @@ class IcebergExecutor:
             return False
 
     def _read_back(self, compiled: CompiledPlan, commit_id: str, appended: int, result: Result,
-                   refresh: bool = False) -> None:
+                   refresh: bool, replaced: bool) -> None:
         """Row counts and the snapshot id from the committed snapshots' summaries (never fails the result)."""
         try:
             table = self.lake.load(compiled.target)
@@ -286,17 +286,8 @@ class IcebergExecutor:
         except Exception as exc:
             result.warnings.append(f"committed, but its snapshot could not be read back: {str(exc).strip()}")
             return
-        if refresh:  # a rebuild, as DuckLake's drop and re-create: only the rows written count
-            result.rows_inserted = appended
-            return
-        replaced = any(op.replaces_matched for op in compiled.commits)
-        match compiled.strategy:
-            case "merge" | "snapshot" if not replaced:
-                result.rows_updated, result.rows_inserted = deleted, appended - deleted
-            case "table":
-                result.rows_inserted = appended
-            case _:
-                result.rows_inserted, result.rows_deleted = appended, deleted
+        result.rows_inserted, result.rows_updated, result.rows_deleted = row_counts(
+            compiled.strategy, appended, deleted, rebuilt=refresh, replaced=replaced)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -334,6 +325,21 @@ def committed_snapshots(table: Any, commit_id: str) -> list[Any]:
     out = [s for s in table.snapshots() if s.summary is not None
            and s.summary.additional_properties.get(PREFIX + "commit_id") == commit_id]
     return sorted(out, key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
+
+
+def row_counts(strategy: str, appended: int, deleted: int, *, rebuilt: bool, replaced: bool) -> tuple[int, int, int]:
+    """A commit's (inserted, updated, deleted) from the rows it appended and the rows the table's
+    total lost to its delete (the executor's result and ``lakewrap.iceberg_state`` count alike).
+
+    A rebuild (a full table, ``--full-refresh``) counts only the rows written, as DuckLake's drop and
+    re-create; a merge or an SCD2 snapshot counts the rows it replaced as updated, except a merge
+    with ``matched=replace``, which counts them deleted and the rows written inserted, as on DuckLake.
+    """
+    if rebuilt or strategy == "table":
+        return appended, 0, 0
+    if strategy in ("merge", "snapshot") and not replaced:
+        return appended - deleted, deleted, 0
+    return appended, 0, deleted
 
 
 def total_records(snapshot: Any) -> int:
