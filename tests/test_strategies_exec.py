@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import lakewrap
 import strategy_reference as ref
 from lakehouse import UTC, Checker, Lakehouse, assert_same_rows, at, fetch, partition, result_for
+from lakewrap.errors import PlanError
 from strategy_reference import Outcome, RefModel, Refused, Row, Scd2, Table, Window
 
 NOW = datetime(2024, 6, 1, tzinfo=UTC)
@@ -312,6 +313,16 @@ def test_merge_matched_update_keeps_row_ids_and_replace_does_not(tmp_path: Path)
             ).to_pylist())
     assert feeds["update"] == Counter({("update_preimage", 2): 1, ("update_postimage", 2): 1, ("insert", 4): 1})
     assert feeds["replace"] == Counter({("delete", 2): 1, ("insert", 2): 1, ("insert", 4): 1})
+
+
+def test_materialize_refuses_an_unknown_matched_and_writes_nothing(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    with pytest.raises(PlanError, match="unknown matched `upsert`") as err:
+        lakewrap.materialize(pa.table({"k": [1]}), lake=tmp_path, target="out.m", strategy="merge",
+                             unique_key="k", matched="upsert")  # type: ignore[arg-type]
+    assert 'matched="replace"' in (err.value.hint or "")
+    assert not (tmp_path / ".lakewrap").exists()  # refused before the lake was opened or created
 
 
 CHANGES = {"order_id": "INTEGER", "status": "VARCHAR", "version": "INTEGER", "changed_at": "TIMESTAMPTZ",

@@ -223,6 +223,10 @@ def materialize(
         case "append":
             strat = AppendStrategy()
         case "merge":
+            if matched not in ("update", "replace"):
+                raise PlanError(f"unknown matched `{matched}`",
+                                hint='use matched="update" (the default: MERGE updates a matched row in place) or '
+                                'matched="replace" (delete the matched rows, insert the data\'s)')
             strat = MergeStrategy(unique_key=keys, dedupe="latest_by" if dedupe_by else "error", dedupe_by=dedupe_by,
                                   matched=matched)
         case "snapshot":
