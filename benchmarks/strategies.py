@@ -150,13 +150,6 @@ SELECT {COL_LIST}
 FROM raw.orders_raw
 WHERE updated_at > $partition_start AND updated_at <= $partition_end
 """,
-    "mergerep_orders": f"""-- materialized incremental
--- partitioned dynamic key=updated_at
--- unique_key order_id matched=replace
-SELECT {COL_LIST}
-FROM raw.orders_raw
-WHERE updated_at > $partition_start AND updated_at <= $partition_end
-""",
     "append_orders": f"""-- materialized incremental
 -- partitioned daily key=created_at tz=UTC
 -- append
@@ -175,6 +168,9 @@ FROM raw.orders_raw
 WHERE updated_at > $partition_start AND updated_at <= $partition_end
 """,
 }
+# the merge again with ``matched=replace``: the matched rows deleted, the window's rows inserted
+LW_MODELS["mergerep_orders"] = LW_MODELS["merge_orders"].replace("unique_key order_id",
+                                                                  "unique_key order_id matched=replace")
 
 DBT_PROJECT = """name: bench
 version: "1.0"
