@@ -278,13 +278,10 @@ def test_compile_as_of_pins_every_upstream(history: IceHistory, monkeypatch: pyt
     assert by_snapshot.statements[0].role == "setup" and f"snapshot_from_id => {pin}\n" in by_snapshot.statements[0].sql
     # the pinned plan runs in DuckDB and reads the source as the run did (V2), not as it is now (V3)
     (plan,) = lakewrap.Project(root).compile(["m.joined"], partition=partition(1), as_of=run_id)
-    import duckdb
-
     monkeypatch.chdir(root)  # the printed metadata locations are relative to the project
     from lakewrap.execute import extensions
 
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    extensions.load(con, ("avro", "iceberg"))  # the bundled wheels
+    con = extensions.connect(("avro", "iceberg"))  # the bundled wheels
     con.execute("CREATE SCHEMA raw")
     con.execute("CREATE SCHEMA m")
     stage = None

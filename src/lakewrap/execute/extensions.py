@@ -3,12 +3,29 @@
 DuckDB's extension repository is often unreachable (and always is in CI here), so the binaries
 shipped as wheels for the pinned DuckDB are loaded by path. Only when no bundled binary matches the
 running DuckDB does lakewrap fall back to DuckDB's own ``INSTALL``.
+
+**Each binary's signature is checked once.** DuckDB checks an extension's signature at every
+``LOAD`` by hashing the whole file: 80-86 ms of every process for the 36 MB DuckLake binary (2.7
+ms without the check, measured). lakewrap lets DuckDB check a wheel's binary the first time it is
+loaded, then remembers that file by its identity (path, size, modification and change times, inode,
+device) in ``verified-extensions.json`` in lakewrap's cache folder. A later process whose binaries
+all still match opens its connection with ``allow_unsigned_extensions``, loads them, and switches the
+option off before any other statement; DuckDB refuses to switch it on again while the database runs,
+so no statement after that (no model) can load an unchecked extension. A binary replaced in any way
+(a reinstall, an edit) no longer matches and is checked again. Trusting the record is trusting the
+installation: whoever can replace a file in site-packages can replace lakewrap's own code.
+
+The cache folder is ``$LAKEWRAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/lakewrap``, else
+``~/.cache/lakewrap``; when it cannot be written, every process has its binaries checked.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +34,13 @@ from lakewrap.execute import statements as sql
 
 # Avro must load before iceberg; the -scanner wheels are the ones whose binaries load.
 ORDER = ("avro", "iceberg", "httpfs", "ducklake", "sqlite_scanner", "postgres_scanner")
+RECORD = "verified-extensions.json"
+_CONFIG: dict[str, bool] = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 load_seconds: dict[str, float] = {}
+# the identities this process has seen DuckDB check (or read from the record), by path
+_verified: dict[str, list[int]] = {}
+_read = False
 
 
 def bundled_path(name: str, duckdb_version: str) -> Path | None:
@@ -31,22 +53,104 @@ def bundled_path(name: str, duckdb_version: str) -> Path | None:
     return path if path.exists() else None
 
 
-def load(con: Any, names: tuple[str, ...]) -> None:
-    """Load ``names`` (in dependency order) into the connection."""
+def cache_dir() -> Path:
+    """lakewrap's per-user cache folder (see the module's docstring)."""
+    if configured := os.environ.get("LAKEWRAP_CACHE_DIR"):
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lakewrap"
+
+
+def connect(names: tuple[str, ...]) -> Any:
+    """A new in-memory DuckDB connection with the extensions ``names`` loaded.
+
+    Raises:
+        ExecutionError: an extension cannot be loaded (its binary is missing, does not match the
+            running DuckDB, or fails DuckDB's signature check); the hint names the wheel to install.
+    """
     import duckdb
 
-    for name in sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
-        start = time.perf_counter()
-        path = bundled_path(name, duckdb.__version__)
+    ordered = sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
+    binaries = [(name, bundled_path(name, duckdb.__version__)) for name in ordered]
+    return connect_binaries(binaries)
+
+
+def connect_binaries(binaries: list[tuple[str, Path | None]]) -> Any:
+    """:func:`connect` for given binaries, in loading order (``None``: DuckDB's own ``INSTALL``)."""
+    import duckdb
+
+    identities = {str(path): _identity(path) for _, path in binaries if path is not None}
+    checked = all(path is not None for _, path in binaries) and all(
+        ident is not None and _known(path, ident) for path, ident in identities.items())
+    config: dict[str, str | bool | int | float | list[str]] = {**_CONFIG, "allow_unsigned_extensions": checked}
+    con = duckdb.connect(config=config)
+    try:
+        for name, path in binaries:
+            _load(con, name, path)
+        if checked:  # off before any other statement; DuckDB refuses to turn it on again
+            con.execute(sql.set_option("allow_unsigned_extensions", "false"))
+    except BaseException:
+        con.close()
+        raise
+    if not checked:  # DuckDB checked every signature: remember the binaries it accepted
+        _remember({path: ident for path, ident in identities.items() if ident is not None})
+    return con
+
+
+def _load(con: Any, name: str, path: Path | None) -> None:
+    import duckdb
+
+    start = time.perf_counter()
+    try:
+        if path is not None:
+            con.execute(sql.load_extension(str(path), is_path=True))
+        else:
+            con.execute(sql.install_extension(name))
+            con.execute(sql.load_extension(name, is_path=False))
+    except duckdb.Error as exc:
+        raise ExecutionError(
+            f"cannot load the DuckDB extension `{name}`: {str(exc).splitlines()[0]}",
+            hint=f"pip install duckdb-extension-{name.replace('_', '-')}=={duckdb.__version__}",
+        ) from None
+    load_seconds[name] = time.perf_counter() - start
+
+
+def _identity(path: Path) -> list[int] | None:
+    """What changes whenever the file does: size, mtime, ctime (which no tool can set), inode, device."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _known(path: str, identity: list[int]) -> bool:
+    global _read
+    if path not in _verified and not _read:
+        _read = True
         try:
-            if path is not None:
-                con.execute(sql.load_extension(str(path), is_path=True))
-            else:
-                con.execute(sql.install_extension(name))
-                con.execute(sql.load_extension(name, is_path=False))
-        except duckdb.Error as exc:
-            raise ExecutionError(
-                f"cannot load the DuckDB extension `{name}`: {str(exc).splitlines()[0]}",
-                hint=f"pip install duckdb-extension-{name.replace('_', '-')}=={duckdb.__version__}",
-            ) from None
-        load_seconds[name] = time.perf_counter() - start
+            record = json.loads((cache_dir() / RECORD).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = None
+        if isinstance(record, dict):
+            for key, value in record.items():
+                if isinstance(value, list) and all(isinstance(v, int) for v in value):
+                    _verified.setdefault(key, value)
+    return _verified.get(path) == identity
+
+
+def _remember(identities: dict[str, list[int]]) -> None:
+    if all(_verified.get(path) == ident for path, ident in identities.items()):
+        return
+    from lakewrap.targetdir import write_atomic
+
+    _verified.update(identities)
+    with suppress(OSError):  # a read-only home: every process has its binaries checked
+        write_atomic(cache_dir() / RECORD, json.dumps(_verified, indent=1, sort_keys=True))
+
+
+def forget() -> None:
+    """Forget what this process read or recorded (tests that move the cache folder)."""
+    global _read
+    _verified.clear()
+    _read = False

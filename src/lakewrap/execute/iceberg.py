@@ -189,12 +189,9 @@ class IcebergLake:
 
     def connect(self) -> Any:
         """An in-memory DuckDB with the avro and iceberg extensions (and S3 access for an s3 warehouse)."""
-        import duckdb
-
-        con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
         needed = ("avro", "iceberg", "httpfs") if self.config.is_s3 else ("avro", "iceberg")
+        con = extensions.connect(needed)
         try:
-            extensions.load(con, needed)
             con.execute(sql.set_option("TimeZone", "UTC"))
             if self.config.is_s3:
                 self._s3_secret(con)

@@ -73,14 +73,11 @@ def connect(lake: IcebergLake) -> Any:
     """
     import os
 
-    import duckdb
-
     rest = lake.config.rest
     if rest is None or lake.config.write_path != "sql":
         raise ExecutionError("write_path = \"sql\" needs catalog = \"rest\"", hint="see docs/iceberg.md")
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con = extensions.connect(("avro", "iceberg", "httpfs"))
     try:
-        extensions.load(con, ("avro", "iceberg", "httpfs"))
         con.execute(sql.set_option("TimeZone", "UTC"))
         if lake.config.is_s3:
             lake._s3_secret(con)

@@ -163,7 +163,6 @@ class Lake:
         import duckdb
 
         cfg = self.config
-        con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
         needed = ["ducklake"]
         if cfg.catalog == "sqlite":
             needed.append("sqlite_scanner")
@@ -171,7 +170,7 @@ class Lake:
             needed.append("postgres_scanner")
         if cfg.is_s3:
             needed.append("httpfs")
-        extensions.load(con, tuple(needed))
+        con = extensions.connect(tuple(needed))
         con.execute(sql.set_option("TimeZone", "UTC"))
         if cfg.is_s3:
             self._s3_secret(con)
