@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,6 @@ ORDER = ("avro", "iceberg", "httpfs", "ducklake", "sqlite_scanner", "postgres_sc
 RECORD = "verified-extensions.json"
 _CONFIG: dict[str, bool] = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
-load_seconds: dict[str, float] = {}
 # the identities this process has seen DuckDB check (or read from the record), by path
 _verified: dict[str, list[int]] = {}
 _read = False
@@ -100,7 +98,6 @@ def connect_binaries(binaries: list[tuple[str, Path | None]]) -> Any:
 def _load(con: Any, name: str, path: Path | None) -> None:
     import duckdb
 
-    start = time.perf_counter()
     try:
         if path is not None:
             con.execute(sql.load_extension(str(path), is_path=True))
@@ -112,7 +109,6 @@ def _load(con: Any, name: str, path: Path | None) -> None:
             f"cannot load the DuckDB extension `{name}`: {str(exc).splitlines()[0]}",
             hint=f"pip install duckdb-extension-{name.replace('_', '-')}=={duckdb.__version__}",
         ) from None
-    load_seconds[name] = time.perf_counter() - start
 
 
 def _identity(path: Path) -> list[int] | None:
