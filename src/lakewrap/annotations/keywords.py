@@ -258,13 +258,13 @@ def register_core(reg: Registry) -> None:
                     hint="write `matched=update` (the default: MERGE updates a matched row in place) or "
                     "`matched=replace` (delete the matched rows, insert the result's)",
                 )
-            for opt in ("update_columns", "exclude_columns", "predicate"):
-                if how.value == "replace" and opt in opts:
-                    raise ann.error(
-                        f"matched=replace cannot be combined with {opt}=",
-                        column=opts[opt].column,
-                        hint=f"replace writes the result's whole rows: remove {opt}=, or write matched=update",
-                    )
+            clash = [opt for opt in ("update_columns", "exclude_columns", "predicate") if opt in opts]
+            if how.value == "replace" and clash:
+                raise ann.error(
+                    f"matched=replace cannot be combined with {clash[0]}=",
+                    column=opts[clash[0]].column,
+                    hint=f"replace writes the result's whole rows: remove {clash[0]}=, or write matched=update",
+                )
             merge["matched"] = how.value
         h.merge = merge
 

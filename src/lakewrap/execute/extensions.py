@@ -122,7 +122,7 @@ def _identity(path: Path) -> list[int] | None:
 
 def _known(path: str, identity: list[int]) -> bool:
     global _read
-    if path not in _verified and not _read:
+    if not _read:  # the record, once a process
         _read = True
         try:
             record = json.loads((cache_dir() / RECORD).read_text(encoding="utf-8"))
