@@ -11,6 +11,7 @@ through lakewrap.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -188,6 +189,15 @@ CASES = [
          only_seed("order_id,amount\n" + "1,2\n" * 30000 + "x,3\n")),
     Case("seed-not-utf8", ["seed"], 1, ["seeds/raw/orders.csv", "not utf-8"],
          only_seed(b"order_id,name\n1,\xff\xfe\n")),
+    # seed files are checked before the first is loaded (a re-seed of the good ones would commit)
+    Case("seed-name-is-a-glob", ["seed"], 1, ["seeds/raw/ord*.csv", "which DuckDB reads as a file pattern"],
+         write("seeds/raw/ord*.csv", "order_id\n999\n")),
+    Case("seed-name-with-a-bracket", ["seed"], 1, ["seeds/raw/[o]rders.csv", "which DuckDB reads as a file pattern"],
+         write("seeds/raw/[o]rders.csv", "order_id\n999\n")),
+    Case("seed-empty-file", ["seed"], 1, ["seeds/raw/zzz.csv: the seed file is empty (no header line)"],
+         write("seeds/raw/zzz.csv", "")),
+    Case("seed-blank-lines-only", ["seed"], 1, ["seeds/raw/zzz.csv: the seed file is empty (no header line)"],
+         write("seeds/raw/zzz.csv", "\n \n")),
     # lakewrap.toml: exit 1, located in the file, credentials never echoed
     Case("toml-syntax", ["run"], 1, ["lakewrap.toml:1:6", "not valid TOML"], write("lakewrap.toml", "[lake\n")),
     Case("toml-syntax-on-a-credential-line", ["run"], 1, ["lakewrap.toml:3", "not valid TOML"],
@@ -206,6 +216,9 @@ CASES = [
          absent=[CANARY]),
     Case("toml-password-in-dsn-uri", ["run"], 1, ["lakewrap.toml:3", "do not put a password in the dsn"],
          write("lakewrap.toml", f'[lake]\ncatalog = "postgres"\ndsn = "postgresql://me:{CANARY}@h/db"\n'),
+         absent=[CANARY]),
+    Case("toml-password-in-dsn-uri-query", ["run"], 1, ["lakewrap.toml:3", "do not put a password in the dsn"],
+         write("lakewrap.toml", f'[lake]\ncatalog = "postgres"\ndsn = "postgresql://me@h/db?password={CANARY}"\n'),
          absent=[CANARY]),
     Case("toml-s3-endpoint-with-scheme", ["run"], 1, ["lakewrap.toml:4", "host:port, without http://"],
          write("lakewrap.toml", f'{S3_TOML}endpoint = "http://127.0.0.1:9000"\n')),
@@ -338,3 +351,36 @@ def test_a_partition_is_ignored_by_unpartitioned_models_in_a_mixed_selection(pro
     report = lakewrap.Project(project).run(["customer_history", "sales.orders"], partition="2024-01-02")
     assert [(r.target, r.partition, r.status) for r in report.results] == [
         ("marts.customer_history", None, "unchanged"), ("sales.orders", "2024-01-02", "success")]
+
+
+@pytest.mark.parametrize("char", ["\\", "*", "?", "["])
+def test_a_project_path_duckdb_would_not_read_literally_is_refused_before_anything_is_written(
+        char: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a backslash in its path, DuckLake wrote the data files to a relative ``.lakewrap/data``
+    under the current folder; with ``?`` the catalog could not be committed. Refused first."""
+    root = write_project(tmp_path / f"a{char}b" / "project", 1)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for args in (["seed"], ["run"], ["query", "SELECT 1"]):
+        code, _, err = cli(*args, "--project", str(root))
+        assert code == 1 and f"contains {char!r}" in err and "move or rename the folder" in err, err
+    assert sorted(p for p in tmp_path.rglob("*") if p != cwd) == before  # nothing written, here or in cwd
+
+
+def test_spaces_and_quotes_in_the_project_path_work(tmp_path: Path, inspector: Inspector) -> None:
+    """The characters that need no refusal: a run writes inside the project only. A header-only
+    seed is a table with those columns (VARCHAR) and no rows."""
+    root = write_project(tmp_path / "it's a \"lake\"" / "project", 1)
+    (root / "seeds" / "raw" / "nothing.csv").write_text("a,b\n")
+    assert cli("seed", "--project", str(root))[0] == 0
+    code, _, err = cli("run", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-01",
+                       "--now", "2024-01-05T00:00:00Z")
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["it's a \"lake\""]
+    assert any((root / ".lakewrap" / "data").rglob("*.parquet"))
+    code, out, err = cli("query", "SELECT count(*) AS n, string_agg(column_type, ',') AS t FROM "
+                         "(DESCRIBE raw.nothing), (SELECT count(*) FROM raw.nothing) AS c(rows) WHERE rows = 0",
+                         "--format", "json", "--project", str(root))
+    assert code == 0 and json.loads(out) == [{"n": 2, "t": "VARCHAR,VARCHAR"}], (out, err)

@@ -32,7 +32,7 @@ def _fail(err: LakewrapError, debug: bool) -> None:
         raise err
     code = 2 if isinstance(err, USAGE_ERRORS) else err.exit_code
     if click.get_current_context().params.get("fmt") == "json":  # tools get the error as JSON on stdout
-        sys.stdout.write(json.dumps({"ok": False, "exit_code": code, **err.to_dict()}, indent=2) + "\n")
+        _write(json.dumps({"ok": False, "exit_code": code, **err.to_dict()}, indent=2) + "\n")
     _say("error:", err.render(), "bold red", stderr=True)
     sys.exit(code)
 
@@ -62,12 +62,22 @@ def logical_time(text: str | None) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
+def _write(text: str, *, stderr: bool = False) -> None:
+    """Everything the command prints goes out here, through the one redactor (lakewrap.redact)."""
+    from lakewrap.redact import redact
+
+    (sys.stderr if stderr else sys.stdout).write(redact(text))
+
+
 def _say(label: str, text: str, style: str, *, stderr: bool = False) -> None:
     """One message line: styled by rich on a terminal, plain text otherwise (no rich import)."""
     stream = sys.stderr if stderr else sys.stdout
     if not stream.isatty():
-        stream.write(f"{label} {text}\n")
+        _write(f"{label} {text}\n", stderr=stderr)
         return
+    from lakewrap.redact import redact
+
+    text = redact(text)
     from rich.console import Console
     from rich.markup import escape
 
@@ -78,8 +88,11 @@ def _show_table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title:
                 right: Collection[str] = (), styles: Sequence[str | None] = ()) -> None:
     """A table: drawn by rich on a terminal; aligned plain text when piped (scripts, CI, benchmarks).
 
-    ``styles`` colours one row each (on a terminal only).
+    ``styles`` colours one row each (on a terminal only). Every cell passes the redactor.
     """
+    from lakewrap.redact import redact
+
+    rows = [[redact(v) for v in r] for r in rows]
     if not sys.stdout.isatty():
         widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
 
@@ -89,7 +102,7 @@ def _show_table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title:
 
         out = [title] if title else []
         out += [line(columns), line(["-" * w for w in widths]), *(line(r) for r in rows)]
-        sys.stdout.write("\n".join(out) + "\n")
+        _write("\n".join(out) + "\n")
         return
     from rich.console import Console
     from rich.table import Table
@@ -173,12 +186,12 @@ def compile_cmd(
         project, selectors, exclude=exclude, partition=partition, now=logical_time(now), use_cache=not no_cache
     )
     out = plans_json(plans) if fmt == "json" else plans_sql(plans)
-    sys.stdout.write(out)
+    _write(out)
 
 
 def _emit_run(report: Any, fmt: str) -> None:
     if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+        _write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     else:
         columns = ("model", "partition", "status", "inserted", "updated", "deleted", "snapshot", "seconds")
         rows = [(r.target, r.partition or "-", r.status, str(r.rows_inserted), str(r.rows_updated),
@@ -253,7 +266,7 @@ def test_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: st
 
     report = run_tests(project, selectors, exclude=exclude, partition=partition)
     if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+        _write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     else:
         _emit_tests(report)
     if not report.ok:
@@ -263,7 +276,7 @@ def test_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: st
 def _emit_tests(report: Any) -> None:
     """The table ``lakewrap test`` prints, then each failure with its first failing row."""
     if not report.results:
-        sys.stdout.write("no selected model has tests\n")
+        _write("no selected model has tests\n")
         return
     styles = {"pass": "green", "warn": "yellow", "fail": "red", "error": "red"}
     rows: list[tuple[str, ...]] = []
@@ -338,7 +351,7 @@ def _emit_summary(report: Any, fmt: str, line: str) -> None:
     for r in report.results:
         if r.status == "failed" and r.error:
             _say("failed:", f"{r.target} {r.partition or ''}: {r.error.splitlines()[0]}", "red")
-    sys.stdout.write(line + "\n")
+    _write(line + "\n")
     if not report.ok:
         sys.exit(1)
 
@@ -367,13 +380,16 @@ def query_cmd(statement: str, fmt: str, as_of: str | None, project: Path) -> Non
     result = query(project, statement, as_of=as_of)
     if fmt == "json":
         rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
-        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+        _write(json.dumps(rows, indent=2, default=str) + "\n")
     elif fmt == "csv":
         import csv
+        import io
 
-        writer = csv.writer(sys.stdout, lineterminator="\n")
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(result.columns)
         writer.writerows(result.rows)
+        _write(buffer.getvalue())
     else:
         _show_table(result.columns, [["NULL" if v is None else str(v) for v in row] for row in result.rows])
 
@@ -389,7 +405,7 @@ def status_cmd(selectors: tuple[str, ...], fmt: str, project: Path) -> None:
 
     rows = status(project, selectors)
     if fmt == "json":
-        sys.stdout.write(json.dumps([r.to_dict() for r in rows], indent=2, default=str) + "\n")
+        _write(json.dumps([r.to_dict() for r in rows], indent=2, default=str) + "\n")
         return
     table = []
     for r in rows:
@@ -412,7 +428,7 @@ def history_cmd(model: str, fmt: str, project: Path) -> None:
 
     rows = history(project, model)
     if fmt == "json":
-        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+        _write(json.dumps(rows, indent=2, default=str) + "\n")
         return
     columns = ("snapshot", "run", "partition", "strategy", "+rows", "~rows", "-rows", "sql_sha256", "committed")
     _show_table(columns, [(str(r["snapshot_id"]), r["run_id"], r["partition"] or "-", r["strategy"],
@@ -433,7 +449,7 @@ def maintain_cmd(selectors: tuple[str, ...], dry_run: bool, fmt: str, project: P
 
     report = maintain(project, selectors, dry_run=dry_run)
     if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+        _write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
         return
     would = "would " if dry_run else ""
 

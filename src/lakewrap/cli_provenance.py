@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from lakewrap.cli import _say, _show_table, handled
+from lakewrap.cli import _say, _show_table, _write, handled
 
 # the same option as lakewrap.cli's (imported from it, its type is lost in the import cycle)
 project_option = click.option("--project", "project", type=click.Path(file_okay=False, path_type=Path),
@@ -120,9 +120,9 @@ def explain_cmd(snapshot_or_run: str, fmt: str, project: Path) -> None:
 
     items = explain(project, snapshot_or_run)
     if fmt == "json":
-        sys.stdout.write(json.dumps([m.to_dict() for m in items], indent=2, default=str) + "\n")
+        _write(json.dumps([m.to_dict() for m in items], indent=2, default=str) + "\n")
     else:
-        sys.stdout.write(_explain_text(items))
+        _write(_explain_text(items))
 
 
 @click.command("reproduce")
@@ -142,7 +142,7 @@ def reproduce_cmd(run_id: str, model: str | None, partition: str | None, fmt: st
 
     report = reproduce(project, run_id, model=model, partition=partition)
     if fmt == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+        _write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     else:
         columns = ("model", "partition", "strategy", "snapshot", "pin", "result", "rows", "only in repro",
                    "only in table")
@@ -182,10 +182,10 @@ def restore_cmd(model: str, partition: str | None, to_run: str | None, to_snapsh
 
     out = restore(project, model, partition=partition, to_run=to_run, to_snapshot=to_snapshot, dry_run=dry_run)
     if fmt == "json":
-        sys.stdout.write(json.dumps(out.to_dict(), indent=2, default=str) + "\n")
+        _write(json.dumps(out.to_dict(), indent=2, default=str) + "\n")
         return
     if dry_run:
-        sys.stdout.write(plan_sql(out.plan))
+        _write(plan_sql(out.plan))
         return
     r = out.result
     what = f"{out.target}" + (f" partition {out.partition}" if out.partition else "")
@@ -201,7 +201,7 @@ def emit_as_of(plans: list[Any], warnings: list[str], fmt: str, as_of: str) -> N
     for w in warnings:
         _say("warning:", w, "yellow", stderr=True)
     if fmt == "json":
-        sys.stdout.write(plans_json(plans))
+        _write(plans_json(plans))
         return
     what = f"-- as of {'snapshot' if as_of.strip().lstrip('-').isdigit() else 'run'} {as_of.strip()}: "
     if plans and plans[0].substrate == "iceberg" and plans[0].write_path != "sql":
@@ -212,7 +212,7 @@ def emit_as_of(plans: list[Any], warnings: list[str], fmt: str, as_of: str) -> N
     else:
         head = what + "every upstream read is pinned with AT (VERSION => n)" + (
             " (an Iceberg snapshot id per table)\n" if plans and plans[0].substrate == "iceberg" else "\n")
-    sys.stdout.write(head + plans_sql(plans))
+    _write(head + plans_sql(plans))
 
 
 def register(group: click.Group) -> None:

@@ -80,10 +80,18 @@ def _identifier(v: str) -> str:
 
 
 def _no_password(v: str | None) -> str | None:
-    # key=value form (`password=...`) or URI form (`postgresql://user:secret@host/db`)
-    if v is not None and (re.search(r"(^|\s)password\s*=", v, re.IGNORECASE)
-                          or re.search(r"://[^/@\s]*:[^/@\s]*@", v)):
-        raise ValueError("do not put a password in the dsn; set PGPASSWORD or use ~/.pgpass")
+    # parsed as libpq does (key=value pairs or a postgresql:// URI with its ?query, lakewrap.dsn)
+    from lakewrap.dsn import DsnError, has_password, parse
+
+    if v is None:
+        return v
+    if has_password(v):
+        raise ValueError("do not put a password in the dsn (user:password@, ?password= or password=); "
+                         "set PGPASSWORD, or use a service file (PGSERVICEFILE) or ~/.pgpass")
+    try:
+        parse(v)
+    except DsnError as exc:
+        raise ValueError(str(exc)) from None
     return v
 
 
@@ -99,7 +107,7 @@ class LakeConfig(Frozen):
     # Left out, each substrate takes its embedded default (duckdb, sql).
     catalog: Literal["duckdb", "sqlite", "postgres", "sql", "glue", "rest"] = "duckdb"
     path: str | None = None  # duckdb/sqlite catalog file, relative to the project
-    dsn: Annotated[str | None, Meta(check=_no_password)] = None  # postgres: libpq key=value, no password
+    dsn: Annotated[str | None, Meta(check=_no_password)] = None  # postgres: libpq key=value or URI, no password
     data_path: str | None = None  # local folder (relative to the project) or s3://bucket/prefix/
     alias: Annotated[str, Meta(check=_identifier)] = "lake"
     data_inlining_row_limit: Annotated[int | None, Meta(ge=0)] = None
@@ -234,6 +242,27 @@ CONFIG_CACHE = Path("target") / "cache" / "config.json"
 _LOADED: dict[tuple[str, str], ProjectConfig] = {}
 
 
+# Characters DuckDB reads as more than a path: a glob (``*``, ``?``, ``[``), a separator (``\\``,
+# DuckLake turned a project path holding one into a relative data path), control characters.
+_PATH_HAZARDS = re.compile(r"[*?\[\\\x00-\x1f\x7f]")
+
+
+def path_hazard(text: str) -> str | None:
+    """The first character of ``text`` that DuckDB would not take literally in a file path, if any."""
+    m = _PATH_HAZARDS.search(text)
+    return m.group(0) if m else None
+
+
+def check_project_path(root: Path) -> None:
+    """Refuse a project folder whose absolute path DuckDB would not read literally (before anything
+    is written). Spaces, quotes and other characters are fine."""
+    bad = path_hazard(str(root.resolve()))
+    if bad is not None:
+        raise ConfigError(f"the project folder's path {str(root.resolve())!r} contains {bad!r}, which DuckDB "
+                          "reads as a glob, a path separator or a control character",
+                          hint="move or rename the folder to a path without * ? [ \\ or control characters")
+
+
 def load_config(root: Path) -> ProjectConfig:
     """Read ``<root>/lakewrap.toml`` (absent: the embedded default).
 
@@ -241,6 +270,7 @@ def load_config(root: Path) -> ProjectConfig:
     code key of the compile cache, so a run whose ``lakewrap.toml`` did not change neither parses
     nor validates it again (validating imports pydantic, ~70 ms).
     """
+    check_project_path(root)
     path = root / CONFIG_FILE
     try:
         raw = path.read_bytes()

@@ -23,6 +23,7 @@ from lakewrap.execute.iceberg_sql import IcebergSqlExecutor
 from lakewrap.execute.iceberg_sql import connect as connect_sql
 from lakewrap.plan import Param, Plan, Substrate, make_plan
 from lakewrap.runner import RunReport, new_run_id, plan_partitions, probe_columns, write_results
+from lakewrap.seedfiles import seed_files
 from lakewrap.spec import DynamicPartitioning, ModelSpec
 
 
@@ -145,8 +146,7 @@ def seed_iceberg_project(root: Path, *, run_id: str | None = None) -> RunReport:
     """Load ``seeds/**/*.csv`` into Iceberg tables, replacing their content, one commit per table."""
     root = root.resolve()
     seeds = root / "seeds"
-    if not seeds.is_dir():
-        raise PlanError("the project has no seeds/ folder", hint="put CSV files in seeds/<schema>/<table>.csv")
+    files = seed_files(root)  # every file checked before the first is loaded
     now = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(now)
     lake = IcebergLake.open(root)
@@ -155,10 +155,8 @@ def seed_iceberg_project(root: Path, *, run_id: str | None = None) -> RunReport:
     con = lake.connect()
     try:
         executor = IcebergExecutor(lake, run_id, folder)
-        for path in sorted(seeds.rglob("*.csv")):
+        for path in files:
             rel = path.relative_to(root).as_posix()
-            if not path.resolve().is_relative_to(root):
-                raise PlanError(f"{rel} resolves outside the project", hint="keep seed files inside the project")
             parts = path.relative_to(seeds).with_suffix("").parts
             schema, name = (parts[0], parts[-1]) if len(parts) > 1 else ("raw", parts[0])
             statements = (CompiledStatement(role="stage", sql=ice.seed_stage(),

@@ -25,6 +25,7 @@ from lakewrap.execute.executor import Executor, Result
 from lakewrap.execute.lake import Lake
 from lakewrap.partitions import Grain, parse_partition, partition_range
 from lakewrap.plan import Param, Plan, make_plan
+from lakewrap.seedfiles import seed_files
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
 from lakewrap.targetdir import write_atomic
 
@@ -218,7 +219,9 @@ def materialize_spec(con: Any, executor: Executor, spec: ModelSpec, value: str |
 
 
 def write_results(root: Path, folder: Path, report: RunReport) -> None:
-    text = json.dumps(report.to_dict(), indent=2, default=str)
+    from lakewrap.redact import redact
+
+    text = redact(json.dumps(report.to_dict(), indent=2, default=str), roots=(root,))
     for path in (folder / "results.json", root / "target" / "run_results.json"):
         write_atomic(path, text)  # threads of one process (``materialize`` on a shared lake) write too
 
@@ -234,8 +237,7 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
 
         return seed_iceberg_project(root, run_id=run_id)
     seeds = root / "seeds"
-    if not seeds.is_dir():
-        raise PlanError("the project has no seeds/ folder", hint="put CSV files in seeds/<schema>/<table>.csv")
+    files = seed_files(root)  # every file checked before the first is loaded
     now = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(now)
     lake = Lake.open(root)
@@ -244,10 +246,8 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
     con = lake.connect()
     try:
         executor = Executor(lake, run_id, folder)
-        for path in sorted(seeds.rglob("*.csv")):
+        for path in files:
             rel = path.relative_to(root).as_posix()
-            if not path.resolve().is_relative_to(root):
-                raise PlanError(f"{rel} resolves outside the project", hint="keep seed files inside the project")
             parts = path.relative_to(seeds).with_suffix("").parts
             schema, name = (parts[0], parts[-1]) if len(parts) > 1 else ("raw", parts[0])
             setup, replace = sql.seed_table(schema, name)

@@ -21,6 +21,7 @@ from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Schema
 from lakewrap.errors import ExecutionError, Location
 from lakewrap.execute import statements as sql
 from lakewrap.execute.log import StatementLog
+from lakewrap.redact import redact_value
 
 Outcome = Literal["pass", "fail", "warn", "error"]  # error: the test could not run (``lakewrap test``)
 
@@ -69,9 +70,11 @@ def run_test(con: Any, st: CompiledStatement, log: StatementLog, path: str) -> T
     info = st.test
     if not rows:
         return TestOutcome(info.name, info.kind, info.severity, path, info.line, "pass", columns=names)
+    # the failing rows are redacted here, before anything stores or prints them
+    sample = redact_value([dict(zip(names, row[1:], strict=True)) for row in rows], log.redact)
     return TestOutcome(info.name, info.kind, info.severity, path, info.line,
-                       "fail" if info.severity == "error" else "warn", failures=int(rows[0][0]), columns=names,
-                       sample=[dict(zip(names, row[1:], strict=True)) for row in rows])
+                       "fail" if info.severity == "error" else "warn", failures=int(rows[0][0]),
+                       columns=[log.redact(n) for n in names], sample=sample)
 
 
 def failure(outcomes: list[TestOutcome]) -> DataTestFailure | None:

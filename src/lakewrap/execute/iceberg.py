@@ -24,9 +24,9 @@ from lakewrap.compilers import lake as sql
 from lakewrap.config import LakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location
 from lakewrap.execute import extensions
-from lakewrap.execute.lake import CREDENTIAL_ENV
+from lakewrap.redact import redact
 
-TOKEN_ENV = "LAKEWRAP_ICEBERG_TOKEN"
+TOKEN_ENV = "LAKEWRAP_ICEBERG_TOKEN"  # one of lakewrap.redact.SECRET_ENV
 SERIALIZABLE = {"write.delete.isolation-level": "serializable", "write.update.isolation-level": "serializable"}
 _scratch_ids = itertools.count(1)
 
@@ -68,14 +68,8 @@ class IcebergLake:
         return self.config.alias
 
     def redact(self, text: str) -> str:
-        """Remove the project's absolute path and every credential value from ``text``."""
-        uri = self.root.as_uri()
-        text = text.replace(uri + "/", "").replace(uri, ".")
-        text = text.replace(str(self.root) + os.sep, "").replace(str(self.root), ".")
-        values = {*self.secrets, *(os.environ.get(name) for name in (*CREDENTIAL_ENV, TOKEN_ENV))}
-        for secret in sorted((v for v in values if v), key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
+        """``text`` through the one redactor (:mod:`lakewrap.redact`), the project's path relative."""
+        return redact(text, extra=self.secrets, roots=(self.root,))
 
     # --- the catalog ------------------------------------------------------------------------------
 

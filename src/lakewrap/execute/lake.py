@@ -16,14 +16,12 @@ from lakewrap.errors import ConfigError, ExecutionError, Location, relpath
 from lakewrap.execute import extensions
 from lakewrap.execute import statements as sql
 from lakewrap.execute.retry import RetryPolicy, retrying
+from lakewrap.redact import redact
 
 # A SQLite catalog answers "database is locked" at once while another process commits (DuckLake
 # has no busy timeout for it); on a loaded machine a commit can hold the lock for seconds, so the
 # connection phase waits longer than a materialization's conflict retries (up to about 50 s).
 CONNECT_RETRY = RetryPolicy(attempts=30, base=0.05, cap=2.0)
-
-# Where lakewrap takes credentials from; their values are redacted from every message and log.
-CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "PGPASSWORD")
 
 
 @dataclass
@@ -65,16 +63,13 @@ class Lake:
         return self.config.alias
 
     def redact(self, text: str) -> str:
-        """Remove the project's absolute path and every credential value from ``text``.
+        """``text`` through the one redactor (:mod:`lakewrap.redact`): every credential value and
+        its derived forms masked, the project's absolute path made relative.
 
         Credentials are the values lakewrap handed to DuckDB and, whether used yet or not, those of
-        the environment variables lakewrap reads them from (:data:`CREDENTIAL_ENV`).
+        the environment variables lakewrap reads them from (:data:`lakewrap.redact.SECRET_ENV`).
         """
-        text = text.replace(str(self.root) + os.sep, "").replace(str(self.root), ".")
-        values = {*self.secrets, *(os.environ.get(name) for name in CREDENTIAL_ENV)}
-        for secret in sorted((v for v in values if v), key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
+        return redact(text, extra=self.secrets, roots=(self.root,))
 
     def catalog_spec(self) -> str:
         cfg = self.config
