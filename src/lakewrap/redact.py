@@ -60,26 +60,35 @@ def _base64(raw: bytes) -> set[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _pattern(values: frozenset[str]) -> re.Pattern[str] | None:
-    alternatives = sorted({f for v in values for f in forms(v)}, key=len, reverse=True)
-    if not alternatives:
-        return None
-    return re.compile("|".join(map(re.escape, alternatives)), re.IGNORECASE)
+def _lowered_forms(values: frozenset[str]) -> tuple[str, ...]:
+    return tuple(sorted({f.lower() for v in values for f in forms(v)}, key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(found: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(map(re.escape, found)), re.IGNORECASE)
 
 
 def redact(text: str, *, extra: Iterable[str | None] = (), roots: Sequence[Path] = ()) -> str:
     """``text`` with every secret (and its forms) masked and each of ``roots`` made relative.
 
     Example:
-        >>> redact("could not connect: wp-terc3s / S3CRET-PW", extra=["s3cret-pw"])  # doctest: +SKIP
+        >>> redact("could not connect: wp-terc3s / S3CRET-PW", extra=["s3cret-pw"])
         'could not connect: *** / ***'
     """
     for root in roots:
         uri = root.as_uri()
         text = text.replace(uri + "/", "").replace(uri, ".")
         text = text.replace(str(root) + os.sep, "").replace(str(root), ".")
-    pattern = _pattern(secret_values(extra))
-    return pattern.sub(MASK, text) if pattern is not None else text
+    values = secret_values(extra)
+    if not values:
+        return text
+    # A substring search per form finds the few present (C speed); only those go to the regex,
+    # which masks them in the original text ignoring case (an alternation of every form ran at
+    # 0.6 MB/s, the search at hundreds).
+    lowered = text.lower()
+    found = tuple(f for f in _lowered_forms(values) if f in lowered)
+    return _pattern(found).sub(MASK, text) if found else text
 
 
 def redact_value(value: Any, text: Callable[[str], str] = redact) -> Any:
