@@ -18,6 +18,7 @@ import json
 import secrets
 import subprocess
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -122,15 +123,87 @@ def halves(value: str) -> str:
     return f"('{value[:mid]}' || '{value[mid:]}')"
 
 
+def canaries_in_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A distinct canary in each variable the redactor reads, set in the environment."""
+    values = {"AWS_ACCESS_KEY_ID": f"AKIA{secrets.token_hex(8).upper()}", "AWS_SECRET_ACCESS_KEY": canary("sk"),
+              "AWS_SESSION_TOKEN": canary("st"), "PGPASSWORD": canary("pg"), "LAKEWRAP_ICEBERG_TOKEN": canary("rt")}
+    assert set(redaction.SECRET_ENV) <= set(values)  # a new variable needs its canary here
+    for var, value in values.items():
+        monkeypatch.setenv(var, value)
+    return values
+
+
+def hostile_models(root: Path, canaries: dict[str, str]) -> None:
+    """A data test whose failing rows are every canary in every form (its model's table holds none),
+    a model whose error message quotes each canary reversed and encoded."""
+    values = ", ".join(f"('{var}', {halves(v)})" for var, v in canaries.items())
+    (root / "tests").mkdir()
+    (root / "tests" / "leak.sql").write_text(
+        "SELECT name, v, reverse(v) AS rev, upper(v) AS up, to_base64(v::BLOB) AS b64, "
+        "to_base64(('x' || v)::BLOB) AS b64_shifted, url_encode(v) AS url, hex(v) AS hx "
+        f"FROM (VALUES {values}) AS t(name, v)\n")
+    (root / "models" / "sales" / "leaky.sql").write_text(
+        "-- materialized table\n-- test sql tests/leak.sql severity=warn\nSELECT 1 AS id\n")
+    (root / "models" / "sales" / "blocked.sql").write_text(
+        "-- materialized table\n-- test sql tests/leak.sql\nSELECT 1 AS id\n")
+    forms = " || '|' || ".join(f"reverse({halves(v)}) || to_base64({halves(v)}::BLOB) || url_encode({halves(v)})"
+                               for v in canaries.values())
+    (root / "models" / "sales" / "boom.sql").write_text(
+        f"-- materialized table\nSELECT CAST({forms} AS INTEGER) AS x\n")
+
+
+class Commands:
+    """``lakewrap`` in-process on one project, keeping every stdout and stderr in ``seen``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.seen: dict[str, str] = {}
+
+    def __call__(self, *args: str, code: int | None = None) -> str:
+        rc, out, err = cli(*args, "--project", str(self.root))
+        self.seen[f"{' '.join(args)}: stdout"], self.seen[f"{' '.join(args)}: stderr"] = out, err
+        if code is not None:
+            assert rc == code, (args, out, err)
+        return out + err
+
+    def hostile(self, canaries: dict[str, str]) -> None:
+        """Seed, then the hostile models through run (text and JSON), test and query."""
+        run = self
+        run("seed", code=0)
+        run("run", "sales.leaky", code=0)
+        out = run("run", "sales.leaky", "--format", "json", code=0)
+        warned = json.loads(out)["results"][0]["tests"][0]
+        assert warned["status"] == "warn" and warned["failures"] == len(canaries)
+        assert {r["name"] for r in warned["sample"]} == set(canaries) and all(
+            r[c] == "***" for r in warned["sample"] for c in ("v", "rev", "up", "b64", "url", "hx")), warned["sample"]
+        assert "***" in run("run", "sales.blocked", code=1)
+        run("run", "sales.blocked", "--format", "json", code=1)
+        assert "***" in run("run", "sales.boom", code=1)
+        run("run", "sales.boom", "--format", "json", code=1)
+        run("test", "sales.leaky", "sales.blocked", code=1)
+        run("test", "sales.leaky", "--format", "json", code=0)
+        run("query", f"SELECT reverse({halves(canaries['PGPASSWORD'])}) AS r, "
+            f"{halves(canaries['AWS_SECRET_ACCESS_KEY'])} AS s", code=0)
+        for fmt in ("json", "csv"):
+            run("query", f"SELECT hex({halves(canaries['AWS_SESSION_TOKEN'])}) AS h", "--format", fmt, code=0)
+        for model in ("boom", "blocked"):
+            run("history", model, code=0)
+            run("history", model, "--format", "json", code=0)
+        run("status", "--format", "json")
+
+    def files(self, folder: Path, label: str = "") -> None:
+        for path in folder.rglob("*"):
+            if path.is_file():
+                self.seen[label + str(path.relative_to(folder))] = path.read_bytes().decode(errors="replace")
+
+
 @pytest.mark.postgres
 def test_no_canary_reaches_any_channel(tmp_path: Path, postgres: Postgres, moto_s3: S3,  # noqa: F811
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    canaries = {"AWS_ACCESS_KEY_ID": f"AKIA{secrets.token_hex(8).upper()}",
-                "AWS_SECRET_ACCESS_KEY": canary("sk"), "AWS_SESSION_TOKEN": canary("st"),
-                "PGPASSWORD": canary("pg"), "LAKEWRAP_ICEBERG_TOKEN": canary("rt")}
+    """DuckLake on a PostgreSQL catalog (PGPASSWORD is its role's password) with data on S3 (the AWS
+    canaries sign the requests)."""
+    canaries = canaries_in_env(monkeypatch)
     dsn_password = canary("dp")
-    for var, value in canaries.items():
-        monkeypatch.setenv(var, value)
     name = f"redact_{secrets.token_hex(3)}"
     dsn = postgres.create_database(name).replace(f"user={postgres.user}", f"user={name}")
     postgres.psql(f"CREATE ROLE {name} LOGIN PASSWORD '{canaries['PGPASSWORD']}'")
@@ -142,52 +215,10 @@ def test_no_canary_reaches_any_channel(tmp_path: Path, postgres: Postgres, moto_
             f'data_inlining_row_limit = 0\n\n[lake.s3]\nendpoint = "{moto_s3.endpoint}"\nurl_style = "path"\n'
             "use_ssl = false\n")
     root = write_project(tmp_path / "project", 1, toml=toml)
-    # a data test whose failing rows are every canary in every form; its model's table holds none
-    values = ", ".join(f"('{var}', {halves(v)})" for var, v in canaries.items())
-    (root / "tests").mkdir()
-    (root / "tests" / "leak.sql").write_text(
-        "SELECT name, v, reverse(v) AS rev, upper(v) AS up, to_base64(v::BLOB) AS b64, "
-        "to_base64(('x' || v)::BLOB) AS b64_shifted, url_encode(v) AS url, hex(v) AS hx "
-        f"FROM (VALUES {values}) AS t(name, v) CROSS JOIN sales.leaky\n")
-    (root / "models" / "sales" / "leaky.sql").write_text(
-        "-- materialized table\n-- test sql tests/leak.sql severity=warn\nSELECT 1 AS id\n")
-    (root / "models" / "sales" / "blocked.sql").write_text(
-        "-- materialized table\n-- test sql tests/leak.sql\nSELECT 1 AS id\n")
-    # a model whose error message quotes each canary, reversed and encoded
-    forms = " || '|' || ".join(f"reverse({halves(v)}) || to_base64({halves(v)}::BLOB) || url_encode({halves(v)})"
-                               for v in canaries.values())
-    (root / "models" / "sales" / "boom.sql").write_text(
-        f"-- materialized table\nSELECT CAST({forms} AS INTEGER) AS x\n")
-    seen: dict[str, str] = {}
-
-    def run(*args: str, code: int | None = None) -> str:
-        rc, out, err = cli(*args, "--project", str(root))
-        seen[f"{' '.join(args)}: stdout"], seen[f"{' '.join(args)}: stderr"] = out, err
-        if code is not None:
-            assert rc == code, (args, out, err)
-        return out + err
-
-    run("seed", code=0)
-    run("run", "sales.leaky", code=0)
-    out = run("run", "sales.leaky", "--format", "json", code=0)
-    warned = json.loads(out)["results"][0]["tests"][0]
-    assert warned["status"] == "warn" and warned["failures"] == len(canaries)
-    assert {r["name"] for r in warned["sample"]} == set(canaries) and all(
-        r[c] == "***" for r in warned["sample"] for c in ("v", "rev", "up", "b64", "url", "hx")), warned["sample"]
-    assert "***" in run("run", "sales.blocked", code=1)
-    run("run", "sales.blocked", "--format", "json", code=1)
-    assert "***" in run("run", "sales.boom", code=1)
-    run("run", "sales.boom", "--format", "json", code=1)
-    run("test", "sales.leaky", "sales.blocked", code=1)
-    run("test", "sales.leaky", "--format", "json", code=0)
-    run("query", f"SELECT reverse({halves(canaries['PGPASSWORD'])}) AS r, {halves(canaries['AWS_SECRET_ACCESS_KEY'])}"
-        " AS s", code=0)
-    for fmt in ("json", "csv"):
-        run("query", f"SELECT hex({halves(canaries['AWS_SESSION_TOKEN'])}) AS h", "--format", fmt, code=0)
-    for model in ("boom", "blocked"):
-        run("history", model, code=0)
-        run("history", model, "--format", "json", code=0)
-    run("status", "--format", "json")
+    hostile_models(root, canaries)
+    run = Commands(root)
+    run.hostile(canaries)
+    seen = run.seen
     # the dsn password canary: refused in each spelling, the good lakewrap.toml restored after
     for bad in (dsn.replace(f"user={name}", f"user={name} password={dsn_password}"),
                 f"postgresql://{name}@{postgres.host}:{postgres.port}/{name}?password={quote(dsn_password)}"):
@@ -195,10 +226,7 @@ def test_no_canary_reaches_any_channel(tmp_path: Path, postgres: Postgres, moto_
         assert "PGPASSWORD" in run("run", code=1)
     (root / "lakewrap.toml").write_text(toml)
 
-    # every file of the project
-    for path in root.rglob("*"):
-        if path.is_file():
-            seen[str(path.relative_to(root))] = path.read_bytes().decode(errors="replace")
+    run.files(root)  # every file of the project
     assert any(k.startswith("target/run/") and k.endswith("sales.leaky.sql") for k in seen)
     # every table of the lake (run log, state, test results), its snapshots, the catalog database
     con = open_lake(root)
@@ -219,3 +247,41 @@ def test_no_canary_reaches_any_channel(tmp_path: Path, postgres: Postgres, moto_
     assert "ducklake_snapshot" in seen["pg_dump"] and "lakewrap_steps" in seen["pg_dump"]
     assert "Could not convert string '***" in seen["pg_dump"]
     assert leaked(seen, {**canaries, "dsn password": dsn_password}) == []
+
+
+def test_no_canary_reaches_any_channel_on_iceberg_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Iceberg on a REST catalog that receives the LAKEWRAP_ICEBERG_TOKEN canary as its bearer token
+    (the test server records it), warehouse in a local folder: the same hostile models, and no form
+    of a canary in the output, the project, the server's files or the snapshot summaries."""
+    import flask
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    import rest_adapter
+
+    canaries = canaries_in_env(monkeypatch)
+    tokens: list[str | None] = []
+    make_app = rest_adapter.make_app
+
+    def recording_app(*args: Any) -> Any:
+        app = make_app(*args)
+        app.before_request(lambda: tokens.append(flask.request.headers.get("Authorization")))
+        return app
+
+    monkeypatch.setattr(rest_adapter, "make_app", recording_app)
+    server_dir = tmp_path / "rest-server"
+    server_dir.mkdir()
+    backing = SqlCatalog("rest", uri=f"sqlite:///{server_dir / 'rest.db'}", warehouse=(server_dir / "wh").as_uri())
+    with rest_adapter.serve(backing) as uri:
+        root = write_project(tmp_path / "project", 1,
+                             toml=f'[lake]\nsubstrate = "iceberg"\ncatalog = "rest"\n\n[lake.rest]\nuri = "{uri}"\n')
+        hostile_models(root, canaries)
+        run = Commands(root)
+        run.hostile(canaries)
+    assert f"Bearer {canaries['LAKEWRAP_ICEBERG_TOKEN']}" in tokens  # the token really travelled
+    run.files(root)
+    run.files(server_dir, "rest-server/")
+    tables = [backing.load_table(ident) for ns in backing.list_namespaces() for ident in backing.list_tables(ns)]
+    summaries = [s.summary.additional_properties for t in tables for s in t.snapshots() if s.summary]
+    assert any("lakewrap.tests" in s for s in summaries), summaries
+    run.seen["snapshot summaries"] = repr(summaries)
+    assert leaked(run.seen, canaries) == []
