@@ -186,6 +186,13 @@ class Commands:
             f"{halves(canaries['AWS_SECRET_ACCESS_KEY'])} AS s", code=0)
         for fmt in ("json", "csv"):
             run("query", f"SELECT hex({halves(canaries['AWS_SESSION_TOKEN'])}) AS h", "--format", fmt, code=0)
+        # what a query could read of the session (refused, or printed redacted: either is fine here)
+        for statement in ("SELECT reverse(current_setting('s3_secret_access_key')) AS r, "
+                          "to_base64(current_setting('s3_access_key_id')::BLOB) AS b, "
+                          "url_encode(current_setting('s3_session_token')) AS t",
+                          "SELECT name, value, upper(value) AS up FROM duckdb_settings()"):
+            run("query", statement)
+            run("query", statement, "--format", "json")
         for model in ("boom", "blocked"):
             run("history", model, code=0)
             run("history", model, "--format", "json", code=0)
