@@ -78,6 +78,17 @@ def test_samples_and_json_trees_are_redacted(monkeypatch: pytest.MonkeyPatch) ->
     assert redaction.redact_value(rows) == [{"v": "***", "***": 1, "n": 7, "blob": "b'***'", "when": None}]
 
 
+def test_an_error_raised_without_a_lake_at_hand_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakewrap.errors import ExecutionError, Location
+
+    value = canary("e")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", value)
+    err = ExecutionError(f"failed: {value[::-1]}", location=Location("models/m.sql", 1, snippet=value.upper()),
+                         hint=f"not {quote(value, safe='')}")
+    texts = {"render": err.render(), "str": str(err), "json": json.dumps(err.to_dict())}
+    assert not leaked(texts, {"AWS_SESSION_TOKEN": value}) and "failed: ***" in texts["render"], texts
+
+
 # --- dsn ------------------------------------------------------------------------------------------
 
 

@@ -50,13 +50,19 @@ class LakewrapError(Exception):
     kind = "error"
 
     def __init__(self, message: str, *, location: Location | None = None, hint: str | None = None):
-        self.message = message
+        from lakewrap.redact import redact
+
+        # the one redactor again, for an error raised where no lake was at hand to redact it
+        self.message = redact(message)
         self.location = location
-        self.hint = hint
+        self.hint = redact(hint) if hint else hint
         super().__init__(self.render())
 
     def render(self) -> str:
-        """The full user-facing text: ``path:line:col: message``, the snippet, then the hint."""
+        """The full user-facing text: ``path:line:col: message``, the snippet, then the hint
+        (every secret the environment holds masked, :mod:`lakewrap.redact`)."""
+        from lakewrap.redact import redact
+
         head = f"{self.location}: {self.message}" if self.location else self.message
         parts = [head]
         loc = self.location
@@ -66,7 +72,7 @@ class LakewrapError(Exception):
                 parts.append("    " + " " * (loc.column - 1) + "^")
         if self.hint:
             parts.append(f"hint: {self.hint}")
-        return "\n".join(parts)
+        return redact("\n".join(parts))
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-friendly form for ``--format json`` consumers."""
