@@ -161,27 +161,42 @@ def expose_view(name: str, catalog: str) -> str:
     return q.render(node)
 
 
-def committed_partitions() -> str:
-    """Partitions of ``$target`` committed by run ``$run_id`` (read from lakewrap.materializations)."""
+def latest_records() -> str:
+    """(partition, ``sql_sha256``, run id) of the latest materialization of each partition of ``$target``."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
     from lakewrap.compilers.lake import MATERIALIZATIONS, STATE_SCHEMA
 
-    node = exp.select(q.col("partition_value")).distinct().from_(q.table(STATE_SCHEMA, MATERIALIZATIONS)).where(
-        exp.and_(exp.EQ(this=q.col("run_id"), expression=q.param("run_id")),
-                 exp.EQ(this=q.col("target"), expression=q.param("target"))))
+    ranked = exp.Window(this=exp.RowNumber(), partition_by=[q.col("partition_value")],
+                        order=exp.Order(expressions=[exp.Ordered(this=q.col("committed_at"), desc=True)]))
+    node = (exp.select(q.col("partition_value"), q.col("sql_sha256"), q.col("run_id"))
+            .from_(q.table(STATE_SCHEMA, MATERIALIZATIONS))
+            .where(exp.EQ(this=q.col("target"), expression=q.param("target")))
+            .qualify(exp.EQ(this=ranked, expression=exp.Literal.number(1))))
     return q.render(node)
 
 
-def partitions_with_sha() -> str:
-    """Partitions of ``$target`` ever materialized with compiled SQL ``$sql_sha256``."""
+def append_records(alias: str) -> str:
+    """(partition, whether it was a full refresh, run id) of every materialization of ``$target``,
+    oldest first: lakewrap.materializations joined to the snapshot that committed each one (its
+    commit_extra_info names the run, target and partition, and ``full_refresh`` when it dropped the
+    table first). A record whose snapshot was expired sorts first."""
+    import sqlglot
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
-    from lakewrap.compilers.lake import MATERIALIZATIONS, STATE_SCHEMA
 
-    node = exp.select(q.col("partition_value")).distinct().from_(q.table(STATE_SCHEMA, MATERIALIZATIONS)).where(
-        exp.and_(exp.EQ(this=q.col("sql_sha256"), expression=q.param("sql_sha256")),
-                 exp.EQ(this=q.col("target"), expression=q.param("target"))))
-    return q.render(node)
+    tree = sqlglot.parse_one(
+        "SELECT m.partition_value, json_extract_string(s.commit_extra_info, '$.full_refresh') AS full_refresh, "
+        "m.run_id FROM lakewrap.materializations AS m LEFT JOIN snapshots() AS s "
+        "ON json_extract_string(s.commit_extra_info, '$.run_id') = m.run_id "
+        "AND json_extract_string(s.commit_extra_info, '$.target') = m.target "
+        "AND coalesce(json_extract_string(s.commit_extra_info, '$.partition'), '') = coalesce(m.partition_value, '') "
+        "WHERE m.target = $target ORDER BY s.snapshot_id NULLS FIRST, m.committed_at",
+        read="duckdb",
+    )
+    for tbl in tree.find_all(exp.Table):
+        if isinstance(tbl.this, exp.Anonymous) and tbl.this.name == "snapshots":
+            tbl.set("db", q.ident(alias))
+    return q.render(tree)

@@ -71,11 +71,13 @@ class Project:
     def run(self, selectors: Sequence[str] = (), *, partition: str | None = None, start: str | None = None,
             end: str | None = None, full_refresh: bool = False, strict: bool = False,
             now: datetime | None = None, workers: int | None = None, executor: Any = "auto",
-            scheduler: str | None = None, fail_fast: bool = False, stale: bool = False) -> RunReport:
+            scheduler: str | None = None, fail_fast: bool = False, stale: bool = False,
+            reappend: bool = False) -> RunReport:
         """Materialize the selected models (see ``lakewrap run``); failures are in the report.
 
         ``stale=True`` runs only the partitions whose upstream data changed since they were built
-        (``lakewrap run --stale``, ``docs/maintenance.md``).
+        (``lakewrap run --stale``, ``docs/maintenance.md``). An ``append`` partition already
+        recorded is not run again (it is listed in ``report.not_rerun``) unless ``reappend=True``.
 
         ``executor`` is ``"auto"``, ``"thread"``, ``"process"``, ``"dask"`` (``scheduler`` = a
         Dask scheduler address, or a LocalCluster), or any callable ``fn(task) -> Result`` run once
@@ -85,16 +87,17 @@ class Project:
 
         return run_project(self.root, selectors, partition=partition, start=start, end=end,
                            full_refresh=full_refresh, strict=strict, now=now, workers=workers, executor=executor,
-                           scheduler=scheduler, fail_fast=fail_fast, stale=stale)
+                           scheduler=scheduler, fail_fast=fail_fast, stale=stale, reappend=reappend)
 
     def backfill(self, selectors: Sequence[str] = (), *, start: str, end: str, missing_only: bool = False,
                  now: datetime | None = None, workers: int | None = None, executor: Any = "auto",
-                 scheduler: str | None = None, fail_fast: bool = False) -> RunReport:
+                 scheduler: str | None = None, fail_fast: bool = False, reappend: bool = False) -> RunReport:
         """Every partition from ``start`` to ``end`` (see ``lakewrap backfill``)."""
         from lakewrap.runner import run_project
 
         return run_project(self.root, selectors, start=start, end=end, now=now, workers=workers, executor=executor,
-                           scheduler=scheduler, fail_fast=fail_fast, missing_only=missing_only, command="backfill")
+                           scheduler=scheduler, fail_fast=fail_fast, missing_only=missing_only, command="backfill",
+                           reappend=reappend)
 
     def resume(self, run_id: str, *, workers: int | None = None, executor: Any = "auto",
                scheduler: str | None = None) -> RunReport:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from lakewrap import __version__
-from lakewrap.errors import ConfigError, LakewrapError, PlanError, SelectionError
+from lakewrap.errors import LakewrapError, PlanError, SelectionError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -172,9 +172,9 @@ def compile_cmd(
     """
     from lakewrap.compile import compile_project
     from lakewrap.output import plans_json, plans_sql
+    from lakewrap.project import require_project
 
-    if not project.is_dir():
-        raise ConfigError(f"project folder `{project}` does not exist")
+    require_project(project)
     if as_of is not None:  # reads the lake (lakewrap.provenance); plain compile never does
         from lakewrap.cli_provenance import emit_as_of
         from lakewrap.provenance import compile_as_of
@@ -207,6 +207,10 @@ def _emit_run(report: Any, fmt: str) -> None:
                 _say("warning:", f"{r.target} {r.partition or ''}: {w}", "yellow")
             if r.error:
                 _say("error:", f"{r.target}: {r.error}", "bold red", stderr=True)
+        from lakewrap.progress import not_rerun
+
+        for line in not_rerun(report):
+            _say("not run:", line, "yellow")
     if not report.ok:
         sys.exit(1)
 
@@ -221,6 +225,11 @@ def parallel_options(fn: F) -> F:
     return fn
 
 
+reappend_option = click.option(
+    "--reappend", is_flag=True,
+    help="Append again the partitions of append models that are already recorded (duplicates their rows).")
+
+
 @main.command("run")
 @click.argument("selectors", nargs=-1)
 @click.option("--exclude", multiple=True, help="Selectors to leave out.")
@@ -232,20 +241,23 @@ def parallel_options(fn: F) -> F:
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
 @click.option("--stale", is_flag=True, help="Only the partitions whose upstream data changed since they were "
               "built (DuckLake change feeds; docs/maintenance.md).")
+@reappend_option
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @parallel_options
 @project_option
 @handled
 def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
-            end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, stale: bool, now: str | None,
-            fmt: str, workers: int | None, executor: str, scheduler: str | None, project: Path) -> None:
+            end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, stale: bool, reappend: bool,
+            now: str | None, fmt: str, workers: int | None, executor: str, scheduler: str | None,
+            project: Path) -> None:
     """Materialize the selected models in dependency order, one transaction per partition."""
     from lakewrap.runner import run_project
 
     report = run_project(project, selectors, exclude=exclude, partition=partition, start=start, end=end,
                          full_refresh=full_refresh, strict=strict, now=logical_time(now), workers=workers,
-                         executor=executor, scheduler=scheduler, fail_fast=fail_fast, stale=stale)
+                         executor=executor, scheduler=scheduler, fail_fast=fail_fast, stale=stale,
+                         reappend=reappend)
     _emit_run(report, fmt)
 
 
@@ -305,7 +317,9 @@ def _emit_tests(report: Any) -> None:
 @click.option("--start", required=True, help="First partition (inclusive).")
 @click.option("--end", required=True, help="Last partition (inclusive).")
 @click.option("--exclude", multiple=True, help="Selectors to leave out.")
-@click.option("--missing-only", is_flag=True, help="Skip partitions already materialized with the same SQL.")
+@click.option("--missing-only", is_flag=True, help="Skip partitions already materialized with the same SQL "
+              "whose inputs did not change since.")
+@reappend_option
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
 @click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
@@ -314,8 +328,8 @@ def _emit_tests(report: Any) -> None:
 @project_option
 @handled
 def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tuple[str, ...], missing_only: bool,
-                 fail_fast: bool, strict: bool, now: str | None, fmt: str, workers: int | None, executor: str,
-                 scheduler: str | None, project: Path) -> None:
+                 reappend: bool, fail_fast: bool, strict: bool, now: str | None, fmt: str, workers: int | None,
+                 executor: str, scheduler: str | None, project: Path) -> None:
     """Materialize every partition from --start to --end, in dependency order per partition."""
     from lakewrap.progress import for_terminal, summary
     from lakewrap.runner import run_project
@@ -323,7 +337,7 @@ def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tupl
     report = run_project(project, selectors, exclude=exclude, start=start, end=end, strict=strict,
                          now=logical_time(now), workers=workers, executor=executor, scheduler=scheduler,
                          fail_fast=fail_fast, missing_only=missing_only, command="backfill",
-                         progress=for_terminal(fmt))
+                         progress=for_terminal(fmt), reappend=reappend)
     _emit_summary(report, fmt, summary(report))
 
 

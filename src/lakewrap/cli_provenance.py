@@ -116,9 +116,10 @@ def _ddl(m: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
 def explain_cmd(snapshot_or_run: str, fmt: str, project: Path) -> None:
     """Which model, partition and run produced a snapshot (a number), or what a run materialized:
     pins, parameter values and the exact statements executed, read from the lake's own records."""
+    from lakewrap.project import require_project
     from lakewrap.provenance import explain
 
-    items = explain(project, snapshot_or_run)
+    items = explain(require_project(project), snapshot_or_run)
     if fmt == "json":
         _write(json.dumps([m.to_dict() for m in items], indent=2, default=str) + "\n")
     else:
@@ -138,9 +139,10 @@ def reproduce_cmd(run_id: str, model: str | None, partition: str | None, fmt: st
     Reads the lake only (attached read-only). Exit code 1 unless every materialization is MATCH (or
     SKIPPED: views, literal models).
     """
+    from lakewrap.project import require_project
     from lakewrap.provenance import reproduce
 
-    report = reproduce(project, run_id, model=model, partition=partition)
+    report = reproduce(require_project(project), run_id, model=model, partition=partition)
     if fmt == "json":
         _write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     else:

@@ -33,7 +33,7 @@ from lakewrap import __version__
 from lakewrap.errors import PlanError
 from lakewrap.execute import statements
 from lakewrap.plan import Plan, Substrate, make_plan
-from lakewrap.project import Project, model_files
+from lakewrap.project import Project, model_files, require_project
 from lakewrap.spec import ModelSpec, TimePartitioning
 from lakewrap.targetdir import code_key, write_atomic
 
@@ -493,6 +493,7 @@ def compile_project(
         >>> plans = compile_project(Path("examples/shop"), ["orders"], partition="2024-01-02")  # doctest: +SKIP
         >>> print(plans[0].statements[-2].sql)  # doctest: +SKIP
     """
+    root = require_project(root)  # a folder that is not a project gets no target/
     now = now or datetime.now(timezone.utc)
     if substrate is None:
         from lakewrap.config import load_config

@@ -75,9 +75,10 @@ def run_tests(root: Path, selectors: Sequence[str] = (), *, exclude: Sequence[st
         >>> report = run_tests(Path("examples/shop"), ["orders"], partition="2024-01-02")  # doctest: +SKIP
         >>> report.ok  # doctest: +SKIP
     """
+    from lakewrap.project import require_project
     from lakewrap.runner import plan_partitions
 
-    root = root.resolve()
+    root = require_project(root)
     now = now or datetime.now(timezone.utc)
     cache = _Cache.open(root, True)
     project = load_project(root, cache)

@@ -111,6 +111,12 @@ class ProjectError(ConfigError):
     """The project as a whole is inconsistent: cycles, two models writing one table, ..."""
 
 
+class NotAProject(ConfigError):
+    """A command that only reads was pointed at a folder that is not a lakewrap project (exit code 2)."""
+
+    exit_code = 2
+
+
 class PlanError(LakewrapError):
     """A valid model was asked for a plan that cannot exist (bad partition value, ...)."""
 
@@ -121,6 +127,12 @@ class UnsupportedError(LakewrapError):
 
 class StateError(LakewrapError):
     """lakewrap's recorded state is missing or disagrees with the lake."""
+
+
+class NoLake(StateError):
+    """A command that only reads found no lake: nothing was seeded or run yet (exit code 2)."""
+
+    exit_code = 2
 
 
 class ExecutionError(LakewrapError):

@@ -24,7 +24,8 @@ from lakewrap.execute.iceberg_sql import connect as connect_sql
 from lakewrap.plan import Param, Plan, Substrate, make_plan
 from lakewrap.runner import RunReport, new_run_id, plan_partitions, probe_columns, write_results
 from lakewrap.seedfiles import seed_files
-from lakewrap.spec import DynamicPartitioning, ModelSpec
+from lakewrap.skips import APPENDED, appended, duplicates
+from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
 
 
 def reads_of(spec: ModelSpec) -> tuple[str, ...]:
@@ -44,6 +45,17 @@ def watermark(lake: IcebergLake, target: str) -> datetime | None:
              if s.summary is not None] if table is not None else []
     found = [datetime.fromisoformat(m) for m in marks if m]
     return max(found) if found else None
+
+
+def recorded_appends(lake: IcebergLake, spec: ModelSpec) -> dict[str, set[str]]:
+    """The partitions of a time-partitioned ``append`` model its table holds (:func:`lakewrap.skips.appended`),
+    read from the snapshot summaries or the state table (write path sql)."""
+    if spec.strategy.kind != "append" or not isinstance(spec.partition, TimePartitioning):
+        return {}
+    from lakewrap.iceberg_state import materializations_of
+
+    return appended((m["partition"], bool(m["full_refresh"]), m["run_id"] or "")
+                    for m in materializations_of(lake, str(spec.target)))
 
 
 def plan_model(lake: IcebergLake, con: Any, spec: ModelSpec, value: str | None, now: datetime) -> Plan:
@@ -95,9 +107,11 @@ def run_iceberg_project(
     now: datetime | None = None,
     run_id: str | None = None,
     stale: bool = False,
+    reappend: bool = False,
 ) -> RunReport:
     """Materialize the selected models of an Iceberg project (see :func:`lakewrap.runner.run_project`);
-    ``stale`` runs only the partitions whose inputs changed (:mod:`lakewrap.stale_iceberg`)."""
+    ``stale`` runs only the partitions whose inputs changed (:mod:`lakewrap.stale_iceberg`); an
+    ``append`` partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`)."""
     root = root.resolve()
     now = now or datetime.now(timezone.utc)
     run_id = run_id or new_run_id(now)
@@ -122,7 +136,11 @@ def run_iceberg_project(
         failed: set[str] = set()
         for spec, values in zip(selected, partitions, strict=True):
             ups = {u.target.key for u in project.upstream_models(spec)}
+            present = recorded_appends(lake, spec) if not (full_refresh or reappend) else {}
             for i, value in enumerate(values):
+                if duplicates(present, value, run_id, reappend=False):
+                    report.not_rerun.append({"target": spec.target.key, "partition": value, "reason": APPENDED})
+                    continue
                 if ups & failed:
                     result = Result(model=spec.path, target=str(spec.target), partition=value,
                                     strategy=spec.strategy.kind, status="skipped",

@@ -57,6 +57,7 @@ def materializations(table: Any) -> list[dict[str, Any]]:
             "committed_at": datetime.fromtimestamp(last.timestamp_ms / 1000, tz=timezone.utc).isoformat(),
             "pins": json.loads(props["pins"]) if props.get("pins") else {},
             "model": props.get("model"),
+            "full_refresh": props.get("full_refresh") == "true",
             "timestamp_ms": last.timestamp_ms,
             # for lakewrap.provenance_iceberg: every lakewrap.* key, and the commit's snapshots
             "props": props, "snapshots": [(s.snapshot_id, s.summary.operation.value) for s in snaps],
@@ -109,7 +110,7 @@ def sql_materializations(lake: IcebergLake, target: str) -> list[dict[str, Any]]
             "rows_deleted": r["rows_deleted"], "sql_sha256": r["sql_sha256"],
             "committed_at": committed.isoformat() if committed is not None else None,
             "pins": json.loads(r["pins"]) if r["pins"] else {}, "model": r["model"],
-            "commit_id": r["commit_id"],
+            "commit_id": r["commit_id"], "full_refresh": bool(r.get("full_refresh")),
         })
     return out
 

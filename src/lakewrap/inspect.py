@@ -20,6 +20,7 @@ from lakewrap.errors import ExecutionError, PlanError
 from lakewrap.execute import statements as sql
 from lakewrap.execute.lake import Lake
 from lakewrap.partitions import Grain, latest_complete, parse_partition, partition_range
+from lakewrap.project import require_project
 from lakewrap.spec import TimePartitioning
 
 READ_ONLY_STATEMENTS = (exp.Query, exp.Describe, exp.Show, exp.Pragma)
@@ -66,6 +67,7 @@ def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
     On Iceberg, ``as_of`` (a run id or a snapshot id) reads every table as it stood when that run
     or snapshot committed.
     """
+    root = require_project(root)
     check_read_only(text)
     if _check_as_of(root, as_of):
         from lakewrap.iceberg_state import query_cursor
@@ -86,6 +88,7 @@ def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
 
 def query_arrow(root: Path, text: str, as_of: str | None = None) -> Any:
     """The same as :func:`query`, as a pyarrow Table."""
+    root = require_project(root)
     check_read_only(text)
     if _check_as_of(root, as_of):
         from lakewrap.iceberg_state import query_cursor
@@ -129,7 +132,7 @@ def _state_rows(con: Any, statement: str, params: dict[str, Any] | None = None) 
 
 def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = None) -> list[ModelStatus]:
     """Per model: materialized partitions, gaps, the last run, failures since the last success."""
-    root = root.resolve()
+    root = require_project(root)
     now = now or datetime.now(timezone.utc)
     project = load_project(root, None)
     if _iceberg(root):
@@ -211,7 +214,7 @@ def failures_since(root: Path, target: str, committed_at: str | None) -> list[di
 
 def history(root: Path, model: str) -> list[dict[str, Any]]:
     """The materializations of one model, newest first, with their DuckLake (or Iceberg) snapshot ids."""
-    root = root.resolve()
+    root = require_project(root)
     if _iceberg(root):
         from lakewrap import iceberg_state
 

@@ -93,8 +93,16 @@ def summary(report: Any) -> str:
             f"{c['success'] + c['unchanged']} succeeded ({c['unchanged']} unchanged), {c['failed']} failed, "
             f"{c['skipped']} skipped, {c['cancelled']} cancelled")
     if report.not_rerun:
-        line += f"; {len(report.not_rerun)} already in the lake ({report.not_rerun[0]['reason']})"
+        line += "; not run again: " + "; ".join(not_rerun(report))
     return line
+
+
+def not_rerun(report: Any) -> list[str]:
+    """``N <reason>`` for each reason the run did not run steps the lake already held."""
+    counts: dict[str, int] = {}
+    for item in report.not_rerun:
+        counts[item["reason"]] = counts.get(item["reason"], 0) + 1
+    return [f"{n} {'step' if n == 1 else 'steps'}: {reason}" for reason, n in counts.items()]
 
 
 def for_terminal(fmt: str) -> Any:

@@ -13,8 +13,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakewrap.errors import Location, ProjectError, SelectionError, suggest
+from lakewrap.errors import Location, NotAProject, ProjectError, SelectionError, suggest
 from lakewrap.spec import ModelSpec
+
+
+def require_project(root: Path) -> Path:
+    """``root`` resolved, when it is a lakewrap project: a folder holding ``models/`` or ``lakewrap.toml``.
+
+    Commands that only read call this first, so a wrong ``--project`` creates nothing (no
+    ``.lakewrap/``, no ``target/``) and is named with what is missing (:class:`NotAProject`, exit 2).
+    """
+    if not root.exists():
+        raise NotAProject(f"project folder `{root}` does not exist",
+                          hint="pass --project DIR of a lakewrap project (a folder holding models/)")
+    if not root.is_dir():
+        raise NotAProject(f"`{root}` is not a folder", hint="pass --project DIR of a lakewrap project")
+    if not (root / "models").is_dir() and not (root / "lakewrap.toml").is_file():
+        raise NotAProject(f"`{root}` is not a lakewrap project: it has neither a models/ folder nor a lakewrap.toml",
+                          hint="run lakewrap in the project folder, or pass --project DIR")
+    return root.resolve()
 
 
 def discover(root: Path) -> list[Path]:

@@ -162,11 +162,13 @@ def run_project(
     command: str = "run",
     progress: Any = None,
     stale: bool = False,
+    reappend: bool = False,
 ) -> RunReport:
     """Materialize the selected models of the project at ``root`` (see :mod:`lakewrap.scheduler`).
 
     Independent models run in parallel on ``workers`` (default: one per core); ``executor`` is
-    ``auto``, ``thread``, ``process``, ``dask`` or a callable ``fn(task) -> Result``.
+    ``auto``, ``thread``, ``process``, ``dask`` or a callable ``fn(task) -> Result``. An ``append``
+    partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`).
 
     Example:
         >>> report = run_project(Path("examples/shop"), ["orders+"], partition="2024-01-02")  # doctest: +SKIP
@@ -185,7 +187,8 @@ def run_project(
             raise PlanError(f"{', '.join(unsupported)}: not supported on Iceberg yet",
                             hint="drop the option; on Iceberg, models run one at a time in dependency order")
         report = run_iceberg_project(root, selectors, exclude=exclude, partition=partition, start=start, end=end,
-                                     full_refresh=full_refresh, strict=strict, now=now, run_id=run_id, stale=stale)
+                                     full_refresh=full_refresh, strict=strict, now=now, run_id=run_id, stale=stale,
+                                     reappend=reappend)
         report.status = "success" if report.ok else "failed"
         return report
     from lakewrap import scheduler as sched
@@ -193,7 +196,7 @@ def run_project(
     opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
                             end=end, full_refresh=full_refresh, strict=strict, now=now, workers=workers,
                             executor=executor, scheduler=scheduler, fail_fast=fail_fast,
-                            missing_only=missing_only, command=command, stale=stale)
+                            missing_only=missing_only, command=command, stale=stale, reappend=reappend)
     return sched.run(root, opts, run_id=run_id, progress=progress)
 
 

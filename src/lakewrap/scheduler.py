@@ -12,8 +12,9 @@
 * SIGINT/SIGTERM cancel the run: in-flight statements are interrupted and rolled back, nothing
   new starts, the run is recorded ``cancelled`` and can be resumed (``lakewrap resume RUN_ID``).
 * ``resume`` skips the steps whose materialization the lake's state (``lakewrap.materializations``)
-  records for the run; ``missing_only`` skips partitions already materialized with the same
-  compiled SQL (``sql_sha256``).
+  records for the run, ``missing_only`` those already materialized with the same compiled SQL
+  (``sql_sha256``), both only while their inputs are unchanged; an ``append`` partition already
+  recorded is not appended again unless ``reappend`` (:mod:`lakewrap.skips`).
 
 The run log (:mod:`lakewrap.runlog`) and ``target/run_results.json`` are written as steps finish.
 """
@@ -36,7 +37,6 @@ from typing import Any
 from lakewrap.compile import _Cache, compile_plan, load_project
 from lakewrap.config import load_config
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
-from lakewrap.execute import statements as stmts
 from lakewrap.execute.executor import Result
 from lakewrap.execute.lake import Lake
 from lakewrap.project import Project
@@ -67,12 +67,14 @@ class RunOptions:
     missing_only: bool = False
     command: str = "run"
     stale: bool = False  # only the partitions whose inputs changed since they were built (lakewrap.stale)
+    reappend: bool = False  # append again the partitions of append models that are already recorded
 
     def to_args(self) -> dict[str, Any]:
         return {"selectors": list(self.selectors), "exclude": list(self.exclude), "partition": self.partition,
                 "start": self.start, "end": self.end, "full_refresh": self.full_refresh, "strict": self.strict,
                 "now": self.now.isoformat() if self.now else None, "fail_fast": self.fail_fast,
-                "missing_only": self.missing_only, "command": self.command, "stale": self.stale}
+                "missing_only": self.missing_only, "command": self.command, "stale": self.stale,
+                "reappend": self.reappend}
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> RunOptions:
@@ -81,7 +83,8 @@ class RunOptions:
                    partition=args.get("partition"), start=args.get("start"), end=args.get("end"),
                    full_refresh=bool(args.get("full_refresh")), strict=bool(args.get("strict")), now=now,
                    fail_fast=bool(args.get("fail_fast")), missing_only=bool(args.get("missing_only")),
-                   command=args.get("command") or "run", stale=bool(args.get("stale")))
+                   command=args.get("command") or "run", stale=bool(args.get("stale")),
+                   reappend=bool(args.get("reappend")))
 
 
 def default_workers(executor: Any = "process") -> int:
@@ -128,6 +131,7 @@ class Step:
     task: Task
     deps: set[int] = field(default_factory=set)
     status: str = "pending"  # pending | running | a Result status | done (not re-run)
+    reason: str = ""  # why a ``done`` step is not re-run (lakewrap.skips)
 
 
 def build_steps(project: Project, selected: Sequence[ModelSpec], partitions: Sequence[Sequence[str | None]],
@@ -156,16 +160,6 @@ def build_steps(project: Project, selected: Sequence[ModelSpec], partitions: Seq
             else:
                 step.deps |= {u.index for u in ups}
     return steps
-
-
-def committed_partitions(con: Any, run_id: str, target: str) -> set[str | None]:
-    rows = con.execute(stmts.committed_partitions(), {"run_id": run_id, "target": target}).fetchall()
-    return {r[0] for r in rows}
-
-
-def materialized_with_sha(con: Any, target: str, sha: str) -> set[str | None]:
-    rows = con.execute(stmts.partitions_with_sha(), {"target": target, "sql_sha256": sha}).fetchall()
-    return {r[0] for r in rows}
 
 
 class Scheduler:
@@ -326,9 +320,10 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         if runner.kind in ("thread", "callable") and lake.config.catalog != "sqlite":
             stack.enter_context(lake.shared())
         con = lake.connect()
-        # what the lake already holds: committed steps of this run (resume), or the same SQL (missing-only)
+        # what the lake already holds: committed steps of this run (resume), the same SQL (missing-only),
+        # append partitions already recorded
         try:
-            not_rerun = skip_done(prep, con, resume is not None)
+            skip_done(prep, con, lake.alias, resume is not None)
         except BaseException:
             lake.close(con)
             raise
@@ -348,8 +343,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         stack.callback(log.close)
         for s in prep.steps:
             if s.status == "done":
-                log.line("info", s.task.target, s.task.partition, not_rerun)
-        report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": not_rerun}
+                log.line("info", s.task.target, s.task.partition, s.reason)
+        report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": s.reason}
                             for s in prep.steps if s.status == "done"]
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress)
         if progress:
@@ -379,30 +374,19 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
     return report
 
 
-def skip_done(prep: Prepared, con: Any, resuming: bool) -> str:
-    """Mark steps the lake already holds as ``done``; returns why they are not re-run."""
-    if resuming:
-        for target in {s.task.target for s in prep.steps}:
-            committed = committed_partitions(con, prep.run_id, target)
-            for s in prep.steps:
-                if s.task.target == target and s.task.partition in committed:
-                    s.status = "done"
-        return "committed earlier in this run"
-    if prep.opts.missing_only:
-        for spec in prep.selected:
-            mine = [s for s in prep.steps if s.task.target == spec.target.key]
-            if not mine or not isinstance(spec.partition, TimePartitioning):
-                continue
-            try:
-                sha = compile_plan(plan_model(con, spec, mine[0].task.partition, prep.now), prep.cache).sql_sha256
-            except Exception:  # it fails again when it runs, and is reported there
-                continue
-            have = materialized_with_sha(con, spec.target.key, sha)
-            for s in mine:
-                if s.task.partition in have:
-                    s.status = "done"
-        return "already materialized with the same sql_sha256 (--missing-only)"
-    return ""
+def skip_done(prep: Prepared, con: Any, alias: str, resuming: bool) -> None:
+    """Mark the steps the lake already holds ``done``, each with its reason (:mod:`lakewrap.skips`)."""
+    from lakewrap.skips import mark
+
+    def sha_of(spec: ModelSpec, partition: str | None) -> str | None:
+        try:
+            return compile_plan(plan_model(con, spec, partition, prep.now), prep.cache).sql_sha256
+        except Exception:  # it fails again when it runs, and is reported there
+            return None
+
+    mark(prep.steps, prep.selected, prep.project, con, alias, run_id=prep.run_id, resuming=resuming,
+         missing_only=prep.opts.missing_only, reappend=prep.opts.reappend, full_refresh=prep.opts.full_refresh,
+         sha_of=sha_of)
 
 
 def _on_signals(handler: Callable[[], None]) -> Callable[[], None]:

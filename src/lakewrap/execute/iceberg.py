@@ -22,7 +22,7 @@ from typing import Any
 from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers import lake as sql
 from lakewrap.config import LakeConfig, ProjectConfig, load_config
-from lakewrap.errors import ConfigError, ExecutionError, Location
+from lakewrap.errors import ConfigError, ExecutionError, Location, NoLake, relpath
 from lakewrap.execute import extensions
 from lakewrap.redact import redact
 
@@ -104,6 +104,10 @@ class IcebergLake:
         cfg = self.config
         warehouse = cfg.warehouse_location(self.root)
         props = self.s3_properties()
+        if self.read_only and cfg.catalog == "sql" and not cfg.iceberg_catalog_path(self.root).exists():
+            raise NoLake("the lake does not exist yet: no catalog at "
+                         f"{relpath(cfg.iceberg_catalog_path(self.root), self.root)}",
+                         hint="create it with `lakewrap seed` or `lakewrap run`")
         try:
             match cfg.catalog:
                 case "sql":

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap.config import LakeConfig, ProjectConfig, load_config
-from lakewrap.errors import ConfigError, ExecutionError, Location, relpath
+from lakewrap.errors import ConfigError, ExecutionError, Location, NoLake, relpath
 from lakewrap.execute import extensions
 from lakewrap.execute import statements as sql
 from lakewrap.execute.retry import RetryPolicy, retrying
@@ -158,6 +158,10 @@ class Lake:
         import duckdb
 
         cfg = self.config
+        catalog_file = cfg.catalog_path(self.root)
+        if self.read_only and cfg.catalog != "postgres" and not catalog_file.exists():
+            raise NoLake(f"the lake does not exist yet: no catalog at {relpath(catalog_file, self.root)}",
+                         hint="create it with `lakewrap seed` or `lakewrap run`")
         needed = ["ducklake"]
         if cfg.catalog == "sqlite":
             needed.append("sqlite_scanner")
@@ -176,7 +180,7 @@ class Lake:
         if self.read_only:
             options["READ_ONLY"] = True
         try:
-            if not cfg.is_s3:
+            if not cfg.is_s3 and not self.read_only:
                 Path(data).mkdir(parents=True, exist_ok=True)
             catalog = self.catalog_spec()  # creates a catalog file's folder
         except OSError as exc:
