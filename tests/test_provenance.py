@@ -359,7 +359,7 @@ def test_bad_inputs_are_clear_and_write_nothing(history: History, inspector: Ins
     # an Iceberg project that never ran: a clear error, and no catalog created
     for call in (lambda p: p.explain("1"), lambda p: p.reproduce("r"),
                  lambda p: p.restore("m.full", to_snapshot=1), lambda p: p.compile(["m.full"], as_of="r")):
-        with pytest.raises(StateError, match="Iceberg catalog does not exist yet") as e3:
+        with pytest.raises(StateError, match="the lake does not exist yet: no catalog at") as e3:
             call(lakewrap.Project(ice))
         assert "lakewrap run" in (e3.value.hint or "")
     assert not (ice / ".lakewrap").exists() and not (ice / "warehouse").exists()

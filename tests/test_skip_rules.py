@@ -246,7 +246,8 @@ def _iceberg_read(root: Path) -> list[tuple[int, str, int]]:
     from lakewrap.execute.iceberg import IcebergLake
 
     table = IcebergLake.open(root, read_only=True).load("app.log")
-    return sorted((r["id"], r["day"].strftime("%Y-%m-%d %H:%M:%S"), r["v"]) for r in table.scan().to_arrow().to_pylist())
+    rows = table.scan().to_arrow().to_pylist()
+    return sorted((r["id"], r["day"].strftime("%Y-%m-%d %H:%M:%S"), r["v"]) for r in rows)
 
 
 def test_an_append_partition_is_not_appended_twice_on_iceberg(tmp_path: Path) -> None:

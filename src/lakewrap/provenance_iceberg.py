@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers import provenance as sqlp
 from lakewrap.compilers.artifacts import CommitOp, CompiledPlan, CompiledStatement
-from lakewrap.errors import StateError
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.plan import Param
 from lakewrap.provenance_record import decode
@@ -40,9 +39,7 @@ class IcebergRecords:
     def open(cls, root: Path) -> IcebergRecords:
         """The records of ``root``'s lake; a StateError (creating nothing) when its embedded catalog does not exist."""
         lake = IcebergLake.open(root, read_only=True)
-        if lake.config.catalog == "sql" and not lake.config.iceberg_catalog_path(lake.root).exists():
-            raise StateError("this project's Iceberg catalog does not exist yet: nothing was materialized",
-                             hint="`lakewrap run` creates it; `lakewrap history MODEL` lists materializations")
+        lake.check_exists()
         return cls(lake)
 
     def all(self) -> list[Materialization]:

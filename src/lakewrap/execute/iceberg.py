@@ -100,14 +100,19 @@ class IcebergLake:
                 self._catalog = self._make_catalog()
             return self._catalog
 
+    def check_exists(self) -> None:
+        """Read-only: a :class:`NoLake` error when the embedded catalog was never created (nothing
+        creates it then: reading never makes a lake)."""
+        path = self.config.iceberg_catalog_path(self.root)
+        if self.read_only and self.config.catalog == "sql" and not path.exists():
+            raise NoLake(f"the lake does not exist yet: no catalog at {relpath(path, self.root)}",
+                         hint="create it with `lakewrap seed` or `lakewrap run`")
+
     def _make_catalog(self) -> Any:
         cfg = self.config
         warehouse = cfg.warehouse_location(self.root)
         props = self.s3_properties()
-        if self.read_only and cfg.catalog == "sql" and not cfg.iceberg_catalog_path(self.root).exists():
-            raise NoLake("the lake does not exist yet: no catalog at "
-                         f"{relpath(cfg.iceberg_catalog_path(self.root), self.root)}",
-                         hint="create it with `lakewrap seed` or `lakewrap run`")
+        self.check_exists()
         try:
             match cfg.catalog:
                 case "sql":
