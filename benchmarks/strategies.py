@@ -587,8 +587,9 @@ def run_lakewrap(b: Bench, sc: Scenario, baseline: bool = False) -> dict[str, An
         env = {**ENV, "PYTHONPATH": str(b.baseline)}
         argv = [b.python, "-c", BASELINE_MAIN, "run", sc.lw_model, *sc.lw_args, "--project", str(project)]
         proc, cpu, _ = b.run(argv, b.root, env)
-    else:
-        proc, cpu, _ = b.run(b.lw_argv(sc.lw_model, sc.lw_args), b.root)
+    else:  # every timed append run appends day 91 again: asked for with --reappend (else it is not re-run)
+        args = (*sc.lw_args, "--reappend") if sc.key == "append" else sc.lw_args
+        proc, cpu, _ = b.run(b.lw_argv(sc.lw_model, args), b.root)
     results = json.loads((project / "target" / "run_results.json").read_text())
     (res,) = results["results"]
     if res["status"] != "success":

@@ -124,7 +124,7 @@ class IcebergLakehouse(Lakehouse):
         return result
 
     def run(self, *selectors: str, partition: str | None = None, now: datetime, strict: bool = False) -> RunReport:
-        report = run_project(self.root, list(selectors), partition=partition, now=now, strict=strict)
+        report = run_project(self.root, list(selectors), partition=partition, now=now, strict=strict, reappend=True)
         self.remember()
         return report
 

@@ -169,7 +169,9 @@ class Lakehouse:
         return result
 
     def run(self, *selectors: str, partition: str | None = None, now: datetime, strict: bool = False) -> RunReport:
-        report = run_project(self.root, list(selectors), partition=partition, now=now, strict=strict)
+        """``run_project`` with ``reappend``: the references model ``append`` as inserting on every run
+        (a recorded partition is otherwise not appended again: ``tests/test_skip_rules.py``)."""
+        report = run_project(self.root, list(selectors), partition=partition, now=now, strict=strict, reappend=True)
         ids = [r.snapshot_id for r in report.results if r.snapshot_id is not None]
         self.head = max([self.head, *ids])
         return report

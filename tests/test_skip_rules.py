@@ -125,7 +125,7 @@ def interrupted(root: Path) -> str:
                          executor=InterruptAfter(5), command="backfill")
     assert report.status == "cancelled"
     done = sorted((r.target, r.partition) for r in report.results if r.status == "success")
-    assert done[:5] == [("main.daily", DAYS[0]), *(("main.events", d) for d in DAYS)] and len(done) < 9, done
+    assert {("main.daily", DAYS[0]), *(("main.events", d) for d in DAYS)} <= set(done) and len(done) < 9, done
     return report.run_id
 
 

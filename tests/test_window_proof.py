@@ -112,7 +112,7 @@ def _expected(day: str) -> list[tuple[int, str, int]]:
 def test_unstaged_writes_equal_the_windowed_source(tmp_path: Path) -> None:
     project = _lake(tmp_path, {"di": DAILY + PROVEN["plain"], "ap": DAILY + "-- append\n" + PROVEN["plain"]})
     for day in ("2024-01-02", "2024-01-03", "2024-01-02"):  # a re-run of a day replaces it (delete+insert)
-        report = project.run(partition=day)
+        report = project.run(partition=day, reappend=True)  # and appends it again (asked for)
         assert report.ok, [r.error for r in report.results]
     got = {t: project.query(f"SELECT id, strftime(ts, '%Y-%m-%d %H:%M:%S') AS ts, v FROM s.{t} ORDER BY id, ts")
            .to_pylist() for t in ("di", "ap")}
