@@ -412,8 +412,11 @@ def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Pr
 def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any = "auto",
            scheduler: str | None = None, progress: Progress | None = None) -> RunReport:
     """Re-run a failed, cancelled or killed run: the steps it has not committed, same arguments."""
-    root = root.resolve()
+    from lakewrap.project import require_project
+
+    root = require_project(root)
     lake = Lake.open(root)
+    lake.check_exists()  # a lake never created holds no run: it is not created here either
     con = lake.connect()
     try:
         row = read_run(lake, con, run_id)

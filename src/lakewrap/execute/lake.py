@@ -154,14 +154,20 @@ class Lake:
         con.execute(sql.set_option("TimeZone", "UTC"))
         con.execute(sql.use(self.config.alias))
 
+    def check_exists(self) -> None:
+        """A :class:`NoLake` error when the catalog file (DuckDB or SQLite) was never created; a
+        read-only connection checks this first, so reading never makes a lake."""
+        path = self.config.catalog_path(self.root)
+        if self.config.catalog != "postgres" and not path.exists():
+            raise NoLake(f"the lake does not exist yet: no catalog at {relpath(path, self.root)}",
+                         hint="create it with `lakewrap seed` or `lakewrap run`")
+
     def _open(self) -> Any:
         import duckdb
 
         cfg = self.config
-        catalog_file = cfg.catalog_path(self.root)
-        if self.read_only and cfg.catalog != "postgres" and not catalog_file.exists():
-            raise NoLake(f"the lake does not exist yet: no catalog at {relpath(catalog_file, self.root)}",
-                         hint="create it with `lakewrap seed` or `lakewrap run`")
+        if self.read_only:
+            self.check_exists()
         needed = ["ducklake"]
         if cfg.catalog == "sqlite":
             needed.append("sqlite_scanner")
