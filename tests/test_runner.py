@@ -505,8 +505,8 @@ def test_a_signal_interrupts_rolls_back_and_the_run_resumes(tmp_path: Path, sig:
 
 def test_resume_refuses_an_unknown_or_successful_run(tmp_path: Path) -> None:
     root = write_models(tmp_path / "project", {"main/good.sql": FAILING["main/good.sql"]})
-    code, _, err = cli("resume", "nope", "--project", str(root))  # a lake without a run log yet
-    assert code == 1 and "the lake records no run `nope`" in err
+    code, _, err = cli("resume", "nope", "--project", str(root))  # no lake yet: none is created
+    assert code == 2 and "the lake does not exist yet" in err and not (root / ".lakewrap").exists()
     report = run_project(root)
     code, _, err = cli("resume", "nope", "--project", str(root))
     assert code == 1 and "the lake records no run `nope`" in err
