@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from lakewrap.project import Project
     from lakewrap.workers import Task
 
-RESUMED = "committed earlier in this run with the same sql_sha256, inputs unchanged since"
-MISSING = "already materialized with the same sql_sha256, inputs unchanged since (--missing-only)"
+RESUMED = "committed earlier in this run with the same sql_sha256; its inputs did not change since"
+MISSING = "already materialized with the same sql_sha256; its inputs did not change since (--missing-only)"
 APPENDED = ("append partition already recorded: running it again would append its rows twice "
             "(--reappend appends anyway; --full-refresh rebuilds the table)")
 
@@ -98,6 +98,9 @@ def mark(steps: Sequence[Skippable], selected: Sequence[ModelSpec], project: Pro
             if duplicates(present, s.task.partition, run_id, reappend=reappend or full_refresh):
                 skip[s.index] = APPENDED
     for s in steps:  # DAG order: a step's dependencies come before it
+        # a dependency that runs forces the step (a --full-refresh's first step is a dependency of every
+        # later step of its target); an append partition this run committed is never appended twice, and
+        # the step that dropped its table was committed with it
         forced = any(d not in skip for d in s.deps)
         if s.index in skip and (not forced or skip[s.index] == APPENDED):
             s.status, s.reason = "done", skip[s.index]
