@@ -200,3 +200,56 @@ def append_records(alias: str) -> str:
         if isinstance(tbl.this, exp.Anonymous) and tbl.this.name == "snapshots":
             tbl.set("db", q.ident(alias))
     return q.render(tree)
+
+
+def _same_step(partition: exp.Expr) -> exp.Expr:
+    """``run_id = $run_id AND target = $target AND <partition> IS NOT DISTINCT FROM $partition``."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
+    return exp.and_(exp.EQ(this=q.col("run_id"), expression=q.param("run_id")),
+                    exp.EQ(this=q.col("target"), expression=q.param("target")),
+                    exp.NullSafeEQ(this=partition, expression=q.param("partition")))
+
+
+def step_materialization() -> str:
+    """The ``lakewrap.materializations`` row run ``$run_id`` committed for (``$target``, ``$partition``):
+    its row counts and attempt (none: that step's commit did not land)."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+    from lakewrap.compilers.lake import MATERIALIZATIONS, STATE_SCHEMA
+
+    cols = [q.col(c) for c in ("rows_inserted", "rows_updated", "rows_deleted", "attempt")]
+    node = exp.select(*cols).from_(q.table(STATE_SCHEMA, MATERIALIZATIONS)).where(
+        _same_step(q.col("partition_value"))).order_by(exp.Ordered(this=q.col("attempt"), desc=True)).limit(1)
+    return q.render(node)
+
+
+def step_snapshot(alias: str) -> str:
+    """The snapshot whose commit message names run ``$run_id``, ``$target`` and ``$partition`` (the
+    ``extra_info`` the executor writes in the materialization's own transaction)."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
+    def extra(key: str) -> exp.Expr:
+        return exp.func("json_extract_string", exp.column("commit_extra_info"), exp.Literal.string(f"$.{key}"))
+
+    where = exp.and_(exp.EQ(this=extra("run_id"), expression=q.param("run_id")),
+                     exp.EQ(this=extra("target"), expression=q.param("target")),
+                     exp.NullSafeEQ(this=extra("partition"), expression=q.param("partition")))
+    return q.render(exp.select(exp.Max(this=exp.column("snapshot_id"))).from_(
+        exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias))).where(where))
+
+
+def last_step(dialect: Dialect, catalog: str | None = None) -> str:
+    """The highest step number run ``:run_id`` recorded (a resumed run numbers its steps after it)."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
+    node = exp.select(exp.Max(this=q.col("step"))).from_(_table(STEPS, catalog)).where(
+        exp.EQ(this=q.col("run_id"), expression=q.param("run_id")))
+    return _render(node, dialect)

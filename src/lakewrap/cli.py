@@ -211,8 +211,29 @@ def _emit_run(report: Any, fmt: str) -> None:
 
         for line in not_rerun(report):
             _say("not run:", line, "yellow")
+        _say_resume(report)
     if not report.ok:
         sys.exit(1)
+
+
+def resume_command(run_id: str) -> str:
+    """The exact ``lakewrap resume RUN_ID`` for this invocation (``--project`` when it was given)."""
+    import shlex
+
+    ctx = click.get_current_context()
+    command = ["lakewrap", "resume", run_id]
+    if ctx.get_parameter_source("project") not in (None, click.core.ParameterSource.DEFAULT):
+        command += ["--project", str(ctx.params["project"])]
+    return shlex.join(command)
+
+
+def _say_resume(report: Any) -> None:
+    """A cancelled run the run log records: the command that finishes it (``--project`` as given).
+
+    A failed run is resumable too, but its errors come first: they are what to fix before resuming.
+    """
+    if report.resumable and report.status == "cancelled":
+        _say("resume:", f"run {report.status}; finish it with: {resume_command(report.run_id)}", "magenta")
 
 
 def parallel_options(fn: F) -> F:
@@ -366,6 +387,7 @@ def _emit_summary(report: Any, fmt: str, line: str) -> None:
         if r.status == "failed" and r.error:
             _say("failed:", f"{r.target} {r.partition or ''}: {r.error.splitlines()[0]}", "red")
     _write(line + "\n")
+    _say_resume(report)
     if not report.ok:
         sys.exit(1)
 

@@ -7,8 +7,9 @@ through :class:`~lakewrap.execute.iceberg_commit.IcebergExecutor`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,17 @@ from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_commit import PREFIX, IcebergExecutor
 from lakewrap.execute.iceberg_sql import IcebergSqlExecutor
 from lakewrap.execute.iceberg_sql import connect as connect_sql
+from lakewrap.outcome import resolve_iceberg
 from lakewrap.plan import Param, Plan, Substrate, make_plan
-from lakewrap.runner import RunReport, new_run_id, plan_partitions, probe_columns, write_results
+from lakewrap.runner import (
+    RunReport,
+    new_run_id,
+    plan_partitions,
+    probe_columns,
+    refuse_empty,
+    serial_steps,
+    write_results,
+)
 from lakewrap.seedfiles import seed_files
 from lakewrap.skips import APPENDED, appended, duplicates
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
@@ -118,6 +128,7 @@ def run_iceberg_project(
     cache = _Cache.open(root, True)
     project = load_project(root, cache)
     selected = project.select(selectors, exclude)
+    refuse_empty(selected, selectors, exclude)
     if stale:
         from lakewrap.stale import plan_stale
 
@@ -133,24 +144,31 @@ def run_iceberg_project(
         executor: IcebergExecutor | IcebergSqlExecutor = (
             IcebergSqlExecutor(lake, run_id, folder, strict=strict) if lake.config.write_path == "sql"
             else IcebergExecutor(lake, run_id, folder, strict=strict))
-        failed: set[str] = set()
-        for spec, values in zip(selected, partitions, strict=True):
-            ups = {u.target.key for u in project.upstream_models(spec)}
-            present = recorded_appends(lake, spec) if not (full_refresh or reappend) else {}
-            for i, value in enumerate(values):
-                if duplicates(present, value, run_id, reappend=False):
-                    report.not_rerun.append({"target": spec.target.key, "partition": value, "reason": APPENDED})
-                    continue
-                if ups & failed:
-                    result = Result(model=spec.path, target=str(spec.target), partition=value,
-                                    strategy=spec.strategy.kind, status="skipped",
-                                    error="an upstream model failed in this run")
-                else:
-                    result = materialize_spec(lake, con, executor, spec, value, now, cache,
-                                              drop_first=full_refresh and i == 0)
-                report.results.append(result)
-                if result.status == "failed":
-                    failed.add(spec.target.key)
+        failed: set[str] = set()  # targets failed, skipped or cancelled in this run: their readers are skipped
+
+        def step(spec: ModelSpec, value: str | None, first: bool) -> Result:
+            if {u.target.key for u in project.upstream_models(spec)} & failed:
+                return Result(model=spec.path, target=str(spec.target), partition=value,
+                              strategy=spec.strategy.kind, status="skipped",
+                              error="an upstream model failed in this run")
+            return materialize_spec(lake, con, executor, spec, value, now, cache, drop_first=full_refresh and first)
+
+        def record(result: Result) -> None:
+            if result.status in ("failed", "skipped", "cancelled"):
+                failed.add(result.target)
+
+        def steps() -> Iterator[tuple[Result, Callable[[], Result]]]:
+            for spec, values in zip(selected, partitions, strict=True):
+                present = recorded_appends(lake, spec) if not (full_refresh or reappend) else {}
+                for i, value in enumerate(values):
+                    if duplicates(present, value, run_id, reappend=False):
+                        report.not_rerun.append({"target": spec.target.key, "partition": value, "reason": APPENDED})
+                        continue
+                    yield (Result(model=spec.path, target=str(spec.target), partition=value,
+                                  strategy=spec.strategy.kind, status="cancelled", error="the run was cancelled"),
+                           partial(step, spec, value, i == 0))
+
+        serial_steps(report, con, steps(), lambda r: resolve_iceberg(lake, run_id, r), record)
         if cache is not None:
             cache.save()
     finally:
@@ -173,6 +191,7 @@ def seed_iceberg_project(root: Path, *, run_id: str | None = None) -> RunReport:
     con = lake.connect()
     try:
         executor = IcebergExecutor(lake, run_id, folder)
+        steps = []
         for path in files:
             rel = path.relative_to(root).as_posix()
             parts = path.relative_to(seeds).with_suffix("").parts
@@ -184,7 +203,10 @@ def seed_iceberg_project(root: Path, *, run_id: str | None = None) -> RunReport:
                                     substrate="iceberg", write_path="pyiceberg", window=None, idempotent=True,
                                     idempotent_note="a re-run replaces the table's content", statements=statements,
                                     sql_sha256=CompiledPlan.digest(statements, commits), commits=commits)
-            report.results.append(executor.materialize(con, compiled))
+            steps.append((Result(model=rel, target=compiled.target, partition=None, strategy="seed",
+                                 status="cancelled", error="the run was cancelled"),
+                          partial(executor.materialize, con, compiled)))
+        serial_steps(report, con, steps, lambda r: resolve_iceberg(lake, run_id, r))
     finally:
         lake.close(con)
         report.finished_at = datetime.now(timezone.utc).isoformat()

@@ -87,9 +87,12 @@ class LiveProgress:
 
 
 def summary(report: Any) -> str:
-    """``N steps: a succeeded, b failed, ...`` plus what was not re-run, one line."""
+    """``N steps: a succeeded, b failed, ...`` plus what was not re-run, one line.
+
+    A resumed run counts every step of the run: those committed before the resume as succeeded.
+    """
     c = report.counts()
-    line = (f"run {report.run_id} {report.status}: {len(report.results)} steps, "
+    line = (f"run {report.run_id} {report.status}: {len(report.results) + report.earlier} steps, "
             f"{c['success'] + c['unchanged']} succeeded ({c['unchanged']} unchanged), {c['failed']} failed, "
             f"{c['skipped']} skipped, {c['cancelled']} cancelled")
     if report.not_rerun:

@@ -76,6 +76,10 @@ class _Backend:
     def read_run(self, run_id: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
+    def last_step(self, run_id: str) -> int:
+        """The highest step number ``run_id`` recorded (0: none)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -153,6 +157,11 @@ class _DuckDBBackend(_Backend):
         row = cursor.fetchone()
         return dict(zip([d[0] for d in cursor.description], row, strict=True)) if row else None
 
+    def last_step(self, run_id: str) -> int:
+        with self.lock:
+            row = self.con.execute(stmts.last_step("duckdb", self.catalog), {"run_id": run_id}).fetchone()
+        return int(row[0] or 0) if row else 0
+
 
 class _SQLiteBackend(_Backend):
     def __init__(self, path: Path) -> None:
@@ -179,6 +188,10 @@ class _SQLiteBackend(_Backend):
         cursor = self.db.execute(stmts.select_run("sqlite"), {"run_id": run_id})
         row = cursor.fetchone()
         return dict(zip([d[0] for d in cursor.description], row, strict=True)) if row else None
+
+    def last_step(self, run_id: str) -> int:
+        row = self.db.execute(stmts.last_step("sqlite"), {"run_id": run_id}).fetchone()
+        return int(row[0] or 0) if row else 0
 
     def close(self) -> None:
         self.db.close()
@@ -221,18 +234,25 @@ class RunLog:
     last_flush: float = 0.0
     steps: int = 0
     errors: list[str] = field(default_factory=list)
+    earlier: int = 0  # a resumed run's steps committed before the resume: counted as succeeded
 
     @classmethod
     def open(cls, lake: Lake, con: Any, run_id: str, command: str, *, args: dict[str, Any], executor: str,
              workers: int, steps: int, on_flush: Callable[[], None] = lambda: None,
-             previous: dict[str, Any] | None = None) -> RunLog:
+             previous: dict[str, Any] | None = None, earlier: int = 0) -> RunLog:
+        """Record the run as ``running``. A resumed run (``previous``: its row) keeps its start time,
+        counts its ``earlier`` committed steps with the new ones, and numbers its steps after the
+        ones it recorded before."""
         run = {
             "run_id": run_id, "command": command, "status": "running", "args": json.dumps(args, default=str),
             "started_at": previous["started_at"] if previous else now_iso(), "finished_at": None,
-            "executor": executor, "workers": workers, "steps": steps, "succeeded": 0, "failed": 0, "skipped": 0,
-            "cancelled": 0, "resumable": False, "lakewrap_version": __version__, "pid": os.getpid(),
+            "executor": executor, "workers": workers, "steps": steps + earlier, "succeeded": earlier, "failed": 0,
+            "skipped": 0, "cancelled": 0, "resumable": False, "lakewrap_version": __version__, "pid": os.getpid(),
         }
-        log = cls(backend_for(lake, con), run_id, run, lake.redact, on_flush)
+        log = cls(backend_for(lake, con), run_id, run, lake.redact, on_flush, earlier=earlier)
+        if previous:
+            with suppress(Exception):  # numbering only; a lake without step rows starts at 1
+                log.steps = log.backend.last_step(run_id)
         log.run_dirty = True
         log.line("info", None, None, f"{command} started: {steps} steps, executor {executor}, {workers} workers"
                  + (" (resumed)" if previous else ""))
@@ -281,7 +301,8 @@ class RunLog:
         by: dict[str, int] = {}
         for r in results:
             by[r.status] = by.get(r.status, 0) + 1
-        self.run.update(succeeded=by.get("success", 0) + by.get("unchanged", 0), failed=by.get("failed", 0),
+        self.run.update(succeeded=self.earlier + by.get("success", 0) + by.get("unchanged", 0),
+                        failed=by.get("failed", 0),
                         skipped=by.get("skipped", 0), cancelled=by.get("cancelled", 0))
         self.run_dirty = True
 

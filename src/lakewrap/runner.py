@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from lakewrap import __version__
 from lakewrap.compile import _Cache, compile_plan
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
-from lakewrap.errors import LakewrapError, PlanError
+from lakewrap.errors import LakewrapError, PlanError, SelectionError
 from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Executor, Result
 from lakewrap.execute.lake import Lake
+from lakewrap.outcome import resolve as resolve_outcome
 from lakewrap.partitions import Grain, parse_partition, partition_range
 from lakewrap.plan import Param, Plan, make_plan
+from lakewrap.runlog import RunLog
 from lakewrap.seedfiles import seed_files
+from lakewrap.signals import cancellable, settle
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
 from lakewrap.targetdir import write_atomic
 
@@ -53,22 +57,43 @@ class RunReport:
     status: str = "running"  # running | success | failed | cancelled (run, backfill, resume)
     not_rerun: list[dict[str, Any]] = field(default_factory=list)  # steps the lake already held
     run_log_errors: list[str] = field(default_factory=list)
+    earlier: int = 0  # a resumed run: its steps committed before the resume (counted as succeeded)
+    resumable: bool = False  # the run log records the run, and `lakewrap resume RUN_ID` can finish it
 
     @property
     def ok(self) -> bool:
         return all(r.status in ("success", "unchanged") for r in self.results)
 
     def counts(self) -> dict[str, int]:
-        out = {"success": 0, "unchanged": 0, "failed": 0, "skipped": 0, "cancelled": 0}
+        out = {"success": self.earlier, "unchanged": 0, "failed": 0, "skipped": 0, "cancelled": 0}
         for r in self.results:
             out[r.status] = out.get(r.status, 0) + 1
         return out
 
+    def final_status(self) -> str:
+        """``status``; a finished report left ``running`` (one materialization) is its outcome."""
+        if self.status == "running" and self.finished_at is not None:
+            return "success" if self.ok else "failed"
+        return self.status
+
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "lakewrap_version": __version__, "started_at": self.started_at,
-                "finished_at": self.finished_at, "ok": self.ok, "status": self.status, "counts": self.counts(),
+                "finished_at": self.finished_at, "ok": self.ok, "status": self.final_status(),
+                "counts": self.counts(),
+                "steps": len(self.results) + self.earlier, "resumable": self.resumable,
                 "not_rerun": self.not_rerun, "run_log_errors": self.run_log_errors,
                 "results": [r.to_dict() for r in self.results]}
+
+
+def refuse_empty(selected: Sequence[ModelSpec], selectors: Sequence[str], exclude: Sequence[str]) -> None:
+    """An empty selection is a usage error (exit 2), never a run of nothing that reports success."""
+    if selected:
+        return
+    given = " ".join([*selectors, *(f"--exclude {e}" for e in exclude)])
+    raise SelectionError(f"nothing selected: {given} leaves no model" if given else
+                         "nothing selected: the project has no models",
+                         hint="list the models with `lakewrap compile`; select them by name, tag:x or path:models/x"
+                         if given else "put models in models/<schema>/<name>.sql")
 
 
 def partitions_for(spec: ModelSpec, partition: str | None, start: str | None, end: str | None) -> list[str | None]:
@@ -186,11 +211,9 @@ def run_project(
         if unsupported:  # the Iceberg runner is serial and knows none of these yet: refuse, never ignore
             raise PlanError(f"{', '.join(unsupported)}: not supported on Iceberg yet",
                             hint="drop the option; on Iceberg, models run one at a time in dependency order")
-        report = run_iceberg_project(root, selectors, exclude=exclude, partition=partition, start=start, end=end,
-                                     full_refresh=full_refresh, strict=strict, now=now, run_id=run_id, stale=stale,
-                                     reappend=reappend)
-        report.status = "success" if report.ok else "failed"
-        return report
+        return run_iceberg_project(root, selectors, exclude=exclude, partition=partition, start=start, end=end,
+                                   full_refresh=full_refresh, strict=strict, now=now, run_id=run_id, stale=stale,
+                                   reappend=reappend)
     from lakewrap import scheduler as sched
 
     opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
@@ -232,7 +255,9 @@ def write_results(root: Path, folder: Path, report: RunReport) -> None:
 def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
     """Load ``seeds/**/*.csv`` into tables, replacing their content, one transaction per table.
 
-    ``seeds/raw/orders.csv`` → ``raw.orders``; ``seeds/x.csv`` → ``raw.x``.
+    ``seeds/raw/orders.csv`` → ``raw.orders``; ``seeds/x.csv`` → ``raw.x``. The run is recorded in
+    the run log (command ``seed``, one step per table) and ``run_results.json`` with its final status;
+    SIGINT/SIGTERM interrupt the table being loaded and cancel the rest (see :func:`serial_steps`).
     """
     root = root.resolve()
     if _substrate(root) == "iceberg":
@@ -247,8 +272,13 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
     report = RunReport(run_id=run_id, started_at=now.isoformat())
     folder = root / "target" / "run" / run_id
     con = lake.connect()
+    log_con = con if lake.config.catalog == "sqlite" else con.cursor()  # a signal interrupts `con` only
+    log: RunLog | None = None
     try:
         executor = Executor(lake, run_id, folder)
+        log = RunLog.open(lake, log_con, run_id, "seed", args={"command": "seed"}, executor="serial", workers=1,
+                          steps=len(files), on_flush=lambda: write_results(root, folder, report))
+        steps = []
         for path in files:
             rel = path.relative_to(root).as_posix()
             parts = path.relative_to(seeds).with_suffix("").parts
@@ -263,10 +293,38 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
                                     substrate="ducklake", write_path="sql", window=None, idempotent=True,
                                     idempotent_note="a re-run replaces the table's content", statements=statements,
                                     sql_sha256=CompiledPlan.digest(statements))
-            result = executor.materialize(con, compiled)
-            report.results.append(result)
+            steps.append((Result(model=rel, target=compiled.target, partition=None, strategy="seed",
+                                 status="cancelled", error="the run was cancelled"),
+                          partial(executor.materialize, con, compiled)))
+        serial_steps(report, con, steps, lambda r: resolve_outcome(lake, log_con, run_id, r), log.step)
     finally:
-        lake.close(con)
         report.finished_at = datetime.now(timezone.utc).isoformat()
+        if report.status == "running":  # refused before any step ran
+            report.status = "failed"
+        if log is not None:
+            log.finish(report.status, report.results, resumable=False)  # `lakewrap seed` again, not resume
+            report.run_log_errors = log.errors
+            log.close()
+        if log_con is not con:
+            log_con.close()
+        lake.close(con)
         write_results(root, folder, report)
     return report
+
+
+def serial_steps(report: RunReport, con: Any, steps: Iterable[tuple[Result, Callable[[], Result]]],
+                 resolve: Callable[[Result], Result], record: Callable[[Result], None] = lambda r: None) -> None:
+    """Run steps one at a time in this process (``seed``, Iceberg runs) and set ``report.status``.
+
+    Each step is (its ``cancelled`` result, the callable that runs it). SIGINT/SIGTERM interrupt the
+    statement running on ``con`` and cancel the steps not started; a step that ran and did not
+    report success is ``resolve``d from the lake before it is ``record``ed. ``report.status`` is
+    ``running`` only while this runs: on any exception it is ``failed``.
+    """
+    report.status = "failed"
+    with cancellable(con) as cancelled:
+        for not_run, run in steps:
+            result = not_run if cancelled.is_set() else settle(resolve(run()), cancelled)
+            report.results.append(result)
+            record(result)
+        report.status = ("success" if report.ok else "cancelled" if cancelled.is_set() else "failed")

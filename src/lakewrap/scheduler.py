@@ -11,6 +11,8 @@
   lakewrap.toml), with capped, jittered exponential backoff (the executor's policy).
 * SIGINT/SIGTERM cancel the run: in-flight statements are interrupted and rolled back, nothing
   new starts, the run is recorded ``cancelled`` and can be resumed (``lakewrap resume RUN_ID``).
+  A step that ran and did not report success is looked up in the lake before it is recorded: one
+  whose COMMIT landed all the same is a ``success`` (:mod:`lakewrap.outcome`).
 * ``resume`` skips the steps whose materialization the lake's state (``lakewrap.materializations``)
   records for the run, ``missing_only`` those already materialized with the same compiled SQL
   (``sql_sha256``), both only while their inputs are unchanged; an ``append`` partition already
@@ -24,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,9 +40,13 @@ from lakewrap.config import load_config
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
 from lakewrap.execute.executor import Result
 from lakewrap.execute.lake import Lake
+from lakewrap.outcome import resolve as resolve_outcome
 from lakewrap.project import Project
 from lakewrap.runlog import RunLog, read_run
-from lakewrap.runner import RunReport, new_run_id, plan_model, plan_partitions, write_results
+from lakewrap.runner import RunReport, new_run_id, plan_model, plan_partitions, refuse_empty, write_results
+from lakewrap.signals import on_signals as _on_signals
+from lakewrap.signals import settle
+from lakewrap.skips import RESUMED
 from lakewrap.spec import ModelSpec, TimePartitioning
 from lakewrap.workers import StepRunner, Task, make_runner
 
@@ -166,8 +171,10 @@ class Scheduler:
     """Dispatches ready steps to a :class:`StepRunner` and records their results."""
 
     def __init__(self, steps: list[Step], runner: StepRunner, workers: int, log: RunLog, report: RunReport,
-                 fail_fast: bool, progress: Progress | None) -> None:
+                 fail_fast: bool, progress: Progress | None,
+                 resolve: Callable[[Result], Result] | None = None) -> None:
         self.steps = steps
+        self.resolve = resolve  # the lake's word on a step that ran and did not succeed (lakewrap.outcome)
         self.runner = runner
         self.workers = workers
         self.log = log
@@ -258,10 +265,9 @@ class Scheduler:
             inflight -= 1
             self.busy.discard(task.target)
             step = self.steps[self.index[(task.target, task.partition)]]
-            if self.cancelled.is_set() and result.status == "failed" and result.error_class in (
-                    "RunCancelled", "InterruptException", "CancelledError"):
-                result.status = "cancelled"
-            self._finish(step, result)
+            if self.resolve is not None:
+                result = self.resolve(result)
+            self._finish(step, settle(result, self.cancelled))
             if result.status == "failed" and self.fail_fast:
                 self.stopping = True
         why = "the run was cancelled" if self.cancelled.is_set() else "not run: --fail-fast stopped the run"
@@ -292,6 +298,7 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
     cache = _Cache.open(root, True)
     project = load_project(root, cache)
     selected = project.select(opts.selectors, opts.exclude)
+    refuse_empty(selected, opts.selectors, opts.exclude)
     if opts.stale:
         from lakewrap.stale import plan_stale
 
@@ -337,8 +344,10 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         runner.start(lake, prep.project, con)
         stack.callback(runner.close)
         todo = [s for s in prep.steps if s.status == "pending"]
+        # a resumed run's counts cover every step of the run: those it committed before, too
+        report.earlier = sum(s.status == "done" and s.reason == RESUMED for s in prep.steps)
         log = RunLog.open(lake, con, prep.run_id, opts.command, args=opts.to_args(), executor=runner.kind,
-                          workers=runner.workers, steps=len(todo), previous=resume,
+                          workers=runner.workers, steps=len(todo), previous=resume, earlier=report.earlier,
                           on_flush=lambda: write_results(root, folder, report))
         stack.callback(log.close)
         for s in prep.steps:
@@ -346,7 +355,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 log.line("info", s.task.target, s.task.partition, s.reason)
         report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": s.reason}
                             for s in prep.steps if s.status == "done"]
-        scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress)
+        scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
+                              lambda result: resolve_outcome(lake, con, prep.run_id, result))
         if progress:
             progress("start", len(todo))
         restore = _on_signals(scheduler.cancel)
@@ -359,10 +369,11 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
             finally:
                 report.results = [scheduler.results[s.index] for s in prep.steps if s.index in scheduler.results]
                 report.finished_at = datetime.now(timezone.utc).isoformat()
-                status = ("cancelled" if scheduler.cancelled.is_set()
-                          else "success" if report.ok else "failed")
+                # every step in the lake is a success, even when the signal came after the last commit
+                status = ("success" if report.ok else "cancelled" if scheduler.cancelled.is_set() else "failed")
                 report.status = status
-                log.finish(status, report.results, resumable=status != "success")
+                report.resumable = status != "success"
+                log.finish(status, report.results, resumable=report.resumable)
                 report.run_log_errors = log.errors
         finally:
             restore()
@@ -389,21 +400,6 @@ def skip_done(prep: Prepared, con: Any, alias: str, resuming: bool) -> None:
          sha_of=sha_of)
 
 
-def _on_signals(handler: Callable[[], None]) -> Callable[[], None]:
-    """SIGINT/SIGTERM call ``handler`` while the run lasts (main thread only); returns the undo."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
-        signal.signal(sig, lambda signum, frame: handler())
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
-
-
 def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None) -> RunReport:
     """Plan and run ``opts`` on the project at ``root`` (``lakewrap run`` / ``backfill``)."""
     return execute(prepare(root, opts, run_id), progress=progress)
@@ -415,6 +411,9 @@ def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any
     from lakewrap.project import require_project
 
     root = require_project(root)
+    if load_config(root).lake.substrate == "iceberg":
+        raise StateError("an Iceberg lake keeps no run log, so there is no run to resume",
+                         hint="run the same command again")
     lake = Lake.open(root)
     lake.check_exists()  # a lake never created holds no run: it is not created here either
     con = lake.connect()
@@ -429,6 +428,9 @@ def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any
                          hint="list runs with: lakewrap query \"SELECT run_id, status FROM lakewrap_runs\"")
     if row["status"] == "success":
         raise StateError(f"run `{run_id}` succeeded; there is nothing to resume")
+    if row["command"] == "seed":
+        raise StateError(f"run `{run_id}` is a `lakewrap seed`; seeds are not resumed",
+                         hint="load them again with `lakewrap seed` (each table is replaced in full)")
     opts = RunOptions.from_args(json.loads(row["args"]))
     opts.workers, opts.executor, opts.scheduler = workers, executor, scheduler
     opts.missing_only = False

@@ -35,8 +35,7 @@ from typing import Any
 from lakewrap.errors import ConfigError, ExecutionError, Location
 from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Executor, Result, RetryPolicy
-
-CANCELLED_CLASSES = ("RunCancelled", "InterruptException")
+from lakewrap.signals import settle
 
 
 class RunCancelled(ExecutionError):
@@ -95,9 +94,7 @@ def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading
     lock = lake.statement_lock if lake.is_shared else None
     result = materialize_spec(Guarded(con, cancelled, lock), executor, spec, task.partition,
                               datetime.fromisoformat(task.now), cache, drop_first=task.drop_first)
-    if result.status == "failed" and cancelled.is_set() and result.error_class in CANCELLED_CLASSES:
-        result.status = "cancelled"
-    return result
+    return settle(result, cancelled)
 
 
 Done = Callable[[Task, Result], None]
