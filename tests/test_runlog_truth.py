@@ -326,7 +326,7 @@ def test_signals_to_real_lakewrap_processes(tmp_path: Path) -> None:
 
 
 def test_seed_is_recorded_in_the_run_log_with_its_final_status(tmp_path: Path) -> None:
-    root = tmp_path / "p"
+    root = write(tmp_path / "p", {})  # a project: models/ (empty) and seeds
     (root / "seeds" / "raw").mkdir(parents=True)
     (root / "seeds" / "raw" / "a.csv").write_text("x\n1\n2\n")
     (root / "seeds" / "raw" / "b.csv").write_text("y\n3\n")
@@ -352,7 +352,7 @@ def test_seed_is_recorded_in_the_run_log_with_its_final_status(tmp_path: Path) -
 
 
 def test_a_failed_seed_is_recorded_failed_and_is_not_resumed(tmp_path: Path) -> None:
-    root = tmp_path / "p"
+    root = write(tmp_path / "p", {})  # a project: models/ (empty) and seeds
     (root / "seeds" / "raw").mkdir(parents=True)
     (root / "seeds" / "raw" / "a.csv").write_text("x\n1\n")
     (root / "seeds" / "raw" / "b.csv").write_bytes(b"y\n\xff\xfe\x00bad\n")  # not UTF-8: the load fails
@@ -366,7 +366,7 @@ def test_a_failed_seed_is_recorded_failed_and_is_not_resumed(tmp_path: Path) -> 
 
 
 def test_seed_on_iceberg_writes_its_final_status(tmp_path: Path) -> None:
-    root = tmp_path / "p"
+    root = write(tmp_path / "p", {})  # a project: models/ (empty) and seeds
     (root / "seeds" / "raw").mkdir(parents=True)
     (root / "seeds" / "raw" / "a.csv").write_text("x\n1\n")
     (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n')
