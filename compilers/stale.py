@@ -272,3 +272,67 @@ def altered_since(alias: str) -> str:
                     .from_(exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)))
                     .where(exp.and_(exp.GT(this=exp.column("snapshot_id"), expression=q.param("since")),
                                     exp.func("list_contains", altered, q.param("table_id")))))
+
+
+ROW = "__lakewrap_row"  # alias of a scanned table whose whole row is hashed
+
+
+def table_at(alias: str, schema: str, name: str, version: int | None) -> exp.Table:
+    """``alias.schema.name``, read at snapshot ``version`` (``AT (VERSION => n)``; None: now)."""
+    from lakewrap.compilers.provenance import at_version
+
+    tbl = exp.Table(this=q.ident(name), db=q.ident(schema), catalog=q.ident(alias))
+    if version is not None:
+        tbl.set("when", at_version(version))
+    return tbl
+
+
+def content_digest(alias: str, schema: str, name: str, version: int | None) -> str:
+    """The row count and the sum of the rows' hashes of ``schema.name`` at ``version`` (None: now):
+    equal for equal multisets of rows, whatever their order or the files holding them."""
+    row_hash = exp.cast(exp.func("hash", exp.column(ROW)), "HUGEINT")
+    return q.render(exp.select(q.count_star(), exp.Sum(this=row_hash))
+                    .from_(q.aliased(table_at(alias, schema, name, version), ROW)))
+
+
+def describe_at(alias: str, schema: str, name: str, version: int | None) -> str:
+    """``DESCRIBE`` of ``schema.name`` at ``version`` (None: now): its column names and types."""
+    select = exp.select(exp.Star()).from_(table_at(alias, schema, name, version))
+    return q.render(exp.Describe(this=select))
+
+
+def content_changes(alias: str, schema: str, name: str, version: int) -> str:
+    """The rows that differ between ``schema.name`` at snapshot ``version`` and now (multisets,
+    NULLs equal; :func:`net_changes`): what a table re-created after ``version`` changed."""
+    def rows(at: int | None) -> exp.Select:
+        return exp.select(exp.Star()).from_(table_at(alias, schema, name, at))
+
+    return q.render(exp.union(
+        exp.Subquery(this=exp.except_(rows(version), rows(None), distinct=False)),
+        exp.Subquery(this=exp.except_(rows(None), rows(version), distinct=False)), distinct=False))
+
+
+def table_ids(alias: str) -> str:
+    """Every table id ``$schema.$name`` has had (current or dropped; names case-folded), from
+    DuckLake's ``ducklake_table`` and ``ducklake_schema`` metadata tables."""
+    meta = f"__ducklake_metadata_{alias}"
+    tbl = exp.Table(this=q.ident("ducklake_table"), db=q.ident(meta), alias=exp.TableAlias(this=q.ident("t")))
+    sch = exp.Table(this=q.ident("ducklake_schema"), db=q.ident(meta), alias=exp.TableAlias(this=q.ident("s")))
+    on = exp.EQ(this=q.col("schema_id", "t"), expression=q.col("schema_id", "s"))
+    return q.render(exp.select(exp.cast(q.col("table_id", "t"), "VARCHAR")).distinct()
+                    .from_(tbl).join(sch, on=on, join_type="inner")
+                    .where(q.and_all([
+                        exp.EQ(this=exp.Lower(this=q.col("schema_name", "s")),
+                               expression=exp.Lower(this=q.param("schema"))),
+                        exp.EQ(this=exp.Lower(this=q.col("table_name", "t")),
+                               expression=exp.Lower(this=q.param("name")))])))
+
+
+def snapshot_changes(alias: str) -> str:
+    """Each snapshot from ``$since`` (exclusive) to ``$upto`` (inclusive) with its ``changes`` map."""
+    sid = exp.column("snapshot_id")
+    return q.render(exp.select(sid, exp.column("changes"))
+                    .from_(exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)))
+                    .where(exp.and_(exp.GT(this=sid.copy(), expression=q.param("since")),
+                                    exp.LTE(this=sid.copy(), expression=q.param("upto"))))
+                    .order_by(sid.copy()))

@@ -18,7 +18,8 @@ materialization of each partition, and which of them a change of one upstream ta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -127,27 +128,40 @@ def current_snapshot(con: Any, alias: str) -> int:
     return int(con.execute(q.current_snapshot(alias)).fetchone()[0])
 
 
-def _replaced_at(con: Any, alias: str, table: str, since: int) -> int | None:
-    """The last snapshot after ``since`` that created (replaced) or altered ``table``, if any."""
+def _identity(con: Any, alias: str, table: str) -> tuple[str, int] | None:
+    """The current table id of ``table`` and the snapshot that created it (None: not a lake table)."""
     from lakewrap.compilers import stale as q
 
     schema, name = table.split(".", 1)
     row = con.execute(q.table_identity(alias), {"schema": schema, "name": name}).fetchone()
-    if row is None:
-        return None  # not a lake table now: its change feed fails and is handled there
-    table_id, created = row[0], int(row[1])
-    altered = con.execute(q.altered_since(alias), {"since": since, "table_id": table_id}).fetchone()
-    found = [s for s in (created if created > since else None, altered[0] if altered else None) if s is not None]
-    return max(int(s) for s in found) if found else None
+    return None if row is None else (str(row[0]), int(row[1]))
+
+
+def _altered_after(con: Any, alias: str, identity: tuple[str, int], since: int) -> int | None:
+    """The last snapshot after ``since`` that altered table ``identity`` (a schema change), other
+    than the one that created it (a partitioned table is created and laid out in one snapshot)."""
+    from lakewrap.compilers import stale as q
+
+    table_id, created = identity
+    row = con.execute(q.altered_since(alias), {"since": since, "table_id": table_id}).fetchone()
+    altered = None if row is None or row[0] is None else int(row[0])
+    return None if altered == created else altered
+
+
+CHANGE_KINDS = ("tables_inserted_into", "tables_deleted_from", "inlined_insert", "inlined_delete",
+                "tables_altered", "tables_dropped")
 
 
 @dataclass
 class DuckLakeFeed:
-    """DuckLake's change feed (``ducklake_table_changes``) from each pin up to snapshot ``until``."""
+    """DuckLake's change feed (``ducklake_table_changes``) from each pin up to snapshot ``until``;
+    for a table re-created after a pin (``CREATE OR REPLACE``: a seed, a table model's rebuild), the
+    rows that differ between the table at the pin and now, compared by content."""
 
     con: Any
     alias: str
     until: int
+    _diffs: dict[tuple[str, int], Any] = field(default_factory=dict)
 
     def latest(self, target: str, whole_table: bool) -> list[Latest]:
         records = latest(self.con, target)
@@ -158,20 +172,35 @@ class DuckLakeFeed:
 
     def touched(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
                 time_part: bool) -> Iterable[tuple[str | None, str]]:
-        from lakewrap.compilers import stale as q
-
         since = min(r.pin for r in records)
-        schema, name = table.split(".", 1)
         try:
-            replaced = _replaced_at(self.con, self.alias, table, since)
+            identity = _identity(self.con, self.alias, table)
+            altered = _altered_after(self.con, self.alias, identity, since) if identity else None
         except Exception as exc:  # DuckLake's metadata tables unreadable: assume the worst
-            replaced = None
             for r in records:
                 yield r.partition, f"{table}: cannot tell whether it was replaced ({exc})"
-        if replaced is not None:
+            return
+        if altered is not None:
             for r in records:
-                if r.pin < replaced:
-                    yield r.partition, f"{table} was created, replaced or altered at snapshot {replaced}"
+                if r.pin < altered:
+                    yield r.partition, f"{table} was altered at snapshot {altered}"
+            records = [r for r in records if r.pin >= altered]
+        created = identity[1] if identity else None
+        recreated = [r for r in records if created is not None and r.pin < created]
+        fresh = [r for r in records if created is None or r.pin >= created]
+        if recreated:
+            assert identity is not None
+            yield from self._by_content(table, identity, recreated, window, time_part)
+        if fresh:
+            yield from self._by_feed(target, table, fresh, window, time_part)
+
+    def _by_feed(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
+                 time_part: bool) -> Iterable[tuple[str | None, str]]:
+        """The records (all pinned on the current table) whose window a change-feed row touched."""
+        from lakewrap.compilers import stale as q
+
+        schema, name = table.split(".", 1)
+        since = min(r.pin for r in records)
         try:
             rows = self.con.execute(q.touched_partitions(self.alias, schema, name, window),
                                     {"target": target, "since": since, "until": self.until}).fetchall()
@@ -184,6 +213,119 @@ class DuckLakeFeed:
         for r in records:
             if (r.partition if time_part else None) in touched or (not time_part and rows):
                 yield r.partition, f"{table} changed after snapshot {r.pin} ({how})"
+
+    def _by_content(self, table: str, identity: tuple[str, int], records: list[Latest],
+                    window: WindowFilter | None, time_part: bool) -> Iterable[tuple[str | None, str]]:
+        """The records pinned before ``table`` was re-created whose window a row that differs
+        between the table at the pin and now touches. Pins between the same two changes of the
+        table read the same rows: one comparison per such state, skipped when the row count and
+        the sum of the row hashes are equal."""
+        states = self._states(table, sorted({r.pin for r in records}), identity[1])
+        groups: list[tuple[int, list[Latest], Any]] = []
+        for state in sorted(set(states.values())):
+            group = [r for r in records if states[r.pin] == state]
+            try:
+                rows = self._diff(table, state)
+            except Exception as exc:  # columns changed, or a version unreadable: conservative
+                for r in group:
+                    yield r.partition, f"{table} was re-created at snapshot {identity[1]}: {exc}"
+                continue
+            if rows is not None and rows.num_rows:
+                groups.append((state, group, rows))
+        yield from rows_touched(self.con, table, groups, window, time_part,
+                                lambda pin: f"{table} was re-created at snapshot {identity[1]} with other rows")
+
+    def _states(self, table: str, pins: list[int], created: int) -> dict[int, int]:
+        """Each pin's table state: the last snapshot up to the pin that changed a table of that name."""
+        from lakewrap.compilers import stale as q
+
+        schema, name = table.split(".", 1)
+        ids = {str(r[0]) for r in self.con.execute(q.table_ids(self.alias), {"schema": schema, "name": name})
+               .fetchall()}
+        changes = self.con.execute(q.snapshot_changes(self.alias), {"since": -1, "upto": pins[-1]}).fetchall()
+        changed = [int(sid) for sid, kinds in changes
+                   if any(ids.intersection(kinds.get(k) or ()) for k in CHANGE_KINDS)]
+        out: dict[int, int] = {}
+        for pin in pins:
+            before = [s for s in changed if s <= pin]
+            out[pin] = before[-1] if before else pin
+        return out
+
+    def _diff(self, table: str, state: int) -> Any:
+        """The rows that differ between ``table`` at snapshot ``state`` and now (None: none);
+        raises when they cannot be compared. Asked once per (table, state) per detection."""
+        from lakewrap.compilers import stale as q
+
+        key = (table.lower(), state)
+        if key not in self._diffs:
+            schema, name = table.split(".", 1)
+            try:
+                then = self.con.execute(q.describe_at(self.alias, schema, name, state)).fetchall()
+                now = self.con.execute(q.describe_at(self.alias, schema, name, None)).fetchall()
+                if [c[:2] for c in then] != [c[:2] for c in now]:
+                    raise PlanError(f"its columns differ from snapshot {state}'s")
+                digests = {self.con.execute(q.content_digest(self.alias, schema, name, v)).fetchone()
+                           for v in (state, None)}
+                self._diffs[key] = None if len(digests) == 1 else self.con.execute(
+                    q.content_changes(self.alias, schema, name, state)).to_arrow_table()
+            except Exception as exc:
+                self._diffs[key] = exc
+        found = self._diffs[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+def rows_touched(con: Any, table: str, groups: list[tuple[int, list[Latest], Any]], window: WindowFilter | None,
+                 time_part: bool, reason: Callable[[int], str]) -> Iterable[tuple[str | None, str]]:
+    """(partition, reason) for each record of ``groups`` -- (pin, records, changed rows as Arrow) --
+    whose window one of its pin's changed rows satisfies (any changed row, when the window filter
+    is not precise or the model not time-partitioned), with ``reason(pin)``. Shared by DuckLake's
+    re-created tables and Iceberg's snapshot diffs."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from lakewrap.compilers import stale as q
+
+    precise = time_part and window is not None and window.precise
+    how = "in its window" if precise else "mapping not derivable: any change counts"
+    mapped = [(pin, r) for pin, group, _ in groups for r in group]
+    if not precise:
+        for pin, r in mapped:
+            yield r.partition, f"{reason(pin)} ({how})"
+        return
+    if not mapped:
+        return
+    changed = [rows.append_column(q.PIN, pa.array([pin] * rows.num_rows, pa.int64())) for pin, _, rows in groups]
+    latest = pa.table({
+        "partition_value": pa.array([r.partition for _, r in mapped], pa.string()),
+        "window_start": pa.array([r.window_start for _, r in mapped], pa.timestamp("us", tz="UTC")),
+        "window_end": pa.array([r.window_end for _, r in mapped], pa.timestamp("us", tz="UTC")),
+        "pin": pa.array([pin for pin, _ in mapped], pa.int64())})
+    with registered(con, {LATEST_REL: latest, CHANGES_REL: pa.concat_tables(changed)}):
+        try:
+            touched = {row[0] for row in con.execute(q.touched_by_rows(LATEST_REL, CHANGES_REL, window)).fetchall()}
+        except Exception as exc:  # a window the rows cannot be compared with: conservative
+            for _, r in mapped:
+                yield r.partition, f"{table}: its changes cannot be mapped ({str(exc).strip().splitlines()[0]})"
+            return
+    for pin, r in mapped:
+        if r.partition in touched:
+            yield r.partition, f"{reason(pin)} ({how})"
+
+
+LATEST_REL, CHANGES_REL = "__lakewrap_latest", "__lakewrap_changes"
+
+
+@contextmanager
+def registered(con: Any, relations: dict[str, Any]) -> Iterator[None]:
+    """``relations`` (Arrow tables) registered on ``con`` under their names for the block."""
+    for name, data in relations.items():
+        con.register(name, data)
+    try:
+        yield
+    finally:
+        for name in relations:
+            con.unregister(name)
 
 
 def detect(con: Any, alias: str, project: Project, selected: Sequence[ModelSpec],
@@ -235,7 +377,7 @@ def _propagate(project: Project, spec: ModelSpec, records: list[Latest], found: 
     from lakewrap.plan import bind_time
 
     mine = spec.partition
-    for up in project.upstream_models(spec):
+    for up in _upstream_through_views(project, spec):
         theirs = out.get(up.target.key)
         if theirs is None or not theirs.partitions or up.target.key == spec.target.key or not rebuildable(up):
             continue
@@ -249,6 +391,23 @@ def _propagate(project: Project, spec: ModelSpec, records: list[Latest], found: 
             else:
                 for r in records:
                     found.add(r.partition, f"upstream {theirs.target} is rebuilt")
+
+
+def _upstream_through_views(project: Project, spec: ModelSpec) -> list[ModelSpec]:
+    """The models ``spec`` reads, each view among them replaced by the models it reads (recursively):
+    a rebuild behind a view changes what the view returns."""
+    out: dict[str, ModelSpec] = {}
+    todo, seen = project.upstream_models(spec), {spec.target.key}
+    while todo:
+        up = todo.pop()
+        if up.target.key in seen:
+            continue
+        seen.add(up.target.key)
+        if _is_view(up):
+            todo += project.upstream_models(up)
+        else:
+            out[up.target.key] = up
+    return [out[k] for k in sorted(out)]
 
 
 def restrict(found: dict[str, StaleModel], project: Project, start: str | None, end: str | None) -> None:

@@ -28,8 +28,7 @@ but reads the whole table twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -39,13 +38,13 @@ from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_commit import COMPACT, MAINTAIN_KEY
 from lakewrap.project import Project
 from lakewrap.spec import ModelSpec
-from lakewrap.stale import Latest, StaleModel, find_stale
+from lakewrap.stale import Latest, StaleModel, find_stale, registered, rows_touched
 
 if TYPE_CHECKING:
     from lakewrap.compilers.stale import WindowFilter
 
 NO_PIN = -1  # the pin of a table that had no snapshot (or did not exist) when the partition was built
-LATEST, CHANGES, ADDED, REMOVED = "__lakewrap_latest", "__lakewrap_changes", "__lakewrap_added", "__lakewrap_removed"
+ADDED, REMOVED = "__lakewrap_added", "__lakewrap_removed"
 
 
 class Unreadable(Exception):
@@ -182,14 +181,7 @@ class IcebergFeed:
 
     def touched(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
                 time_part: bool) -> Iterable[tuple[str | None, str]]:
-        import pyarrow as pa  # type: ignore[import-untyped]
-
-        from lakewrap.compilers import stale as q
-
-        precise = time_part and window is not None and window.precise
-        how = "in its window" if precise else "mapping not derivable: any change counts"
-        changed: list[Any] = []
-        mapped: list[Latest] = []
+        groups: list[tuple[int, list[Latest], Any]] = []
         for pin, group in _by_pin(records, table).items():
             if pin is None:
                 for r in group:
@@ -201,31 +193,10 @@ class IcebergFeed:
                 for r in group:
                     yield r.partition, f"{table}: {exc}"
                 continue
-            if rows.num_rows == 0:
-                continue
-            if not precise:
-                for r in group:
-                    yield r.partition, f"{table} changed after {_since(pin)} ({how})"
-                continue
-            changed.append(rows.append_column(q.PIN, pa.array([pin] * rows.num_rows, pa.int64())))
-            mapped += group
-        if not mapped:
-            return
-        latest = pa.table({
-            "partition_value": pa.array([r.partition for r in mapped], pa.string()),
-            "window_start": pa.array([r.window_start for r in mapped], pa.timestamp("us", tz="UTC")),
-            "window_end": pa.array([r.window_end for r in mapped], pa.timestamp("us", tz="UTC")),
-            "pin": pa.array([_pin_of(r, table) for r in mapped], pa.int64())})
-        with _registered(self.con, {LATEST: latest, CHANGES: pa.concat_tables(changed)}):
-            try:
-                touched = {row[0] for row in self.con.execute(q.touched_by_rows(LATEST, CHANGES, window)).fetchall()}
-            except Exception as exc:  # a window the rows cannot be compared with: conservative
-                for r in mapped:
-                    yield r.partition, f"{table}: its changes cannot be mapped ({str(exc).strip().splitlines()[0]})"
-                return
-        for r in mapped:
-            if r.partition in touched:
-                yield r.partition, f"{table} changed after {_since(_pin_of(r, table))} ({how})"
+            if rows.num_rows:
+                groups.append((pin, group, rows))
+        yield from rows_touched(self.con, table, groups, window, time_part,
+                                lambda pin: f"{table} changed after {_since(pin)}")
 
     def changed_rows(self, name: str, pin: int) -> Any:
         """The rows of ``name`` that differ between snapshot ``pin`` (``NO_PIN``: none) and now,
@@ -264,7 +235,7 @@ class IcebergFeed:
 
         try:
             removed = removed.select(added.column_names).cast(added.schema)
-            with _registered(self.con, {ADDED: added, REMOVED: removed}):
+            with registered(self.con, {ADDED: added, REMOVED: removed}):
                 return self.con.execute(q.net_changes(ADDED, REMOVED)).to_arrow_table()
         except Exception as exc:  # columns DuckDB cannot compare: conservative
             raise Unreadable(f"its rows cannot be compared ({str(exc).strip().splitlines()[0]})") from None
@@ -320,17 +291,6 @@ def _empty() -> Any:
     import pyarrow as pa  # type: ignore[import-untyped]
 
     return pa.table({})
-
-
-@contextmanager
-def _registered(con: Any, relations: dict[str, Any]) -> Iterator[None]:
-    for name, data in relations.items():
-        con.register(name, data)
-    try:
-        yield
-    finally:
-        for name in relations:
-            con.unregister(name)
 
 
 def detect_iceberg(root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
