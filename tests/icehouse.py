@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
@@ -148,6 +148,7 @@ class IcebergChecker(Checker):
     """:class:`~lakehouse.Checker` reading states and lakewrap's state from Iceberg snapshots."""
 
     lakehouse: IcebergLakehouse
+    unchanged_commits: ClassVar[bool] = False  # Iceberg: an SCD2 run that changes nothing commits nothing
 
     def sha(self, target: str, partition: str | None) -> str:
         """The Iceberg plan's sql_sha256 (the base memo is keyed by model text, shared with DuckLake)."""

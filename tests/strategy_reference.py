@@ -24,8 +24,9 @@ Semantics implemented here (DESIGN §3):
   deletion record's ``valid_from``) opens its new version at the run timestamp instead. Keys
   missing from the source: ``ignore`` leaves them open; ``invalidate`` closes them at the run
   timestamp; ``new_record`` closes them and opens a marker version with ``is_deleted`` true. No
-  change at all writes nothing (status ``unchanged``). A NULL or repeated key, or a NULL
-  ``updated_at`` (timestamp), among the rows that would open versions refuses the run.
+  change at all writes no rows (status ``unchanged``; on DuckLake its record still commits). A NULL
+  or repeated key, or a NULL ``updated_at`` (timestamp), among the rows that would open versions
+  refuses the run.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the other), a join (whole table), an SCD2 snapshot and an ``append`` model. Each
 files at random (rows inserted, deleted, moved to another day, re-valued; the dimension seed's label
 changed or not), re-seeds, and sometimes (always before round 2) rebuilds every model but the append
 one in full. Round 1 re-seeds unchanged files (their rows in another order), round 3 changes only
-the dimension seed.
+a column of the dimension seed that the SCD2 does not read (its re-run versions nothing).
 
 The reference is independent of lakewrap's detection: the set of truly stale partitions is computed
 here from the rows each round changed in the CSV files (their day before and after), and the models'
@@ -99,23 +99,28 @@ class History:
         self.events: dict[int, tuple[datetime, int]] = {i: (ts_at(rng, FIRST, DAYS), rng.randrange(9))
                                                         for i in range(24)}
         self.dims = {k: f"l{k}" for k in range(3)}
+        self.notes = {k: "" for k in range(3)}  # a column only the table model reads, not the SCD2
         self.next_id = 100
 
     def write(self) -> None:
         write_csv(self.root / "seeds/raw/events.csv", ["id", "ts", "v"],
                   [(k, ts.isoformat(sep=" "), v) for k, (ts, v) in self.rng.sample(sorted(self.events.items()),
                                                                                    len(self.events))])
-        write_csv(self.root / "seeds/raw/dims.csv", ["k", "label"], sorted(self.dims.items()))
+        write_csv(self.root / "seeds/raw/dims.csv", ["k", "label", "note"],
+                  [(k, label, self.notes[k]) for k, label in sorted(self.dims.items())])
 
-    def edit(self, events: bool, dims: bool) -> tuple[set[str], bool]:
-        """One round of random edits (of the events, of the dims): (days whose event rows changed,
-        whether a dims row changed). Neither: a re-seed of the same rows, written in another order."""
+    def edit(self, events: bool, dims: bool, note: bool = False) -> tuple[set[str], bool]:
+        """One round of random edits (of the events, of a dims label, of a dims note): (days whose
+        event rows changed, whether a dims row changed). None: the same rows, in another order."""
         rng, touched = self.rng, set()
         if dims:
             k = rng.randrange(3)
             self.dims[k] = self.dims[k] + "x"
+        if note:
+            k = rng.randrange(3)
+            self.notes[k] = self.notes[k] + "n"
         if not events:
-            return touched, dims
+            return touched, dims or note
         for _ in range(rng.randrange(3)):  # inserted, some on days never materialized
             ts = ts_at(rng, FIRST - timedelta(days=1), DAYS + 2)
             self.events[self.next_id] = (ts, rng.randrange(9))
@@ -128,7 +133,7 @@ class History:
             new = ts_at(rng, FIRST, DAYS) if rng.random() < 0.5 else ts
             self.events[key] = (new, v + 1)
             touched |= {day(ts), day(new)}
-        return touched, dims
+        return touched, dims or note
 
 
 def rebuilt(root: Path, run_id: str) -> dict[str, set[str]]:
@@ -175,8 +180,10 @@ def history(root: Path, seed: int, rounds: int) -> list[int]:
         if n == 1 or rng.random() < 0.3:  # every model rebuilt in full, from unchanged seeds: nothing becomes stale
             assert project.run(REBUILT, start=FIRST.isoformat(), end=LAST.isoformat()).ok
             assert stale(project) == ({"s.log": appended} if appended else {})
-        # round 1: nothing changed; round 3: only the dims (the join is rebuilt through the view)
-        days, dims = h.edit(events=n not in (0, 2), dims=n == 2 or (n > 0 and rng.random() < 0.3))
+        # round 1: nothing changed; round 3: only a dims note (the table model and the SCD2 re-run; the
+        # SCD2 finds nothing to version, yet leaves `status`; the join is rebuilt through the view)
+        days, dims = h.edit(events=n not in (0, 2), dims=n > 2 and rng.random() < 0.5,
+                            note=n == 2 or (n > 2 and rng.random() < 0.3))
         h.write()
         assert project.seed().ok
         days &= materialized

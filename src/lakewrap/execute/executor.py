@@ -204,10 +204,9 @@ class Executor:
         result.rows_inserted, result.rows_updated, result.rows_deleted = inserted, updated, deleted
         if (failed := checks.failure(outcomes)) is not None:
             raise failed
-        if compiled.strategy == "snapshot" and inserted == updated == deleted == 0:
-            log.run(con, sql.ROLLBACK)
-            result.status = "unchanged"
-            return
+        # A snapshot (SCD2) model with nothing to change writes no data but commits its record: it
+        # read the upstreams at ``pin`` and found the history current, so ``--stale`` clears it.
+        unchanged = compiled.strategy == "snapshot" and inserted == updated == deleted == 0
         if warning := emptied(compiled.path, stage_rows, inserted, deleted, self.strict):
             result.warnings.append(warning)
         watermark = None
@@ -253,7 +252,7 @@ class Executor:
             landed = self.commit_outcome(con, log, pin, commit_id, exc)  # raises when it did not land
         # Committed: nothing after this point may turn the result into a failure or a retry (a
         # retry would apply the write twice, e.g. an append).
-        result.status = "success"
+        result.status = "unchanged" if unchanged else "success"
         self.fences[compiled.target] = compiled.sql_sha256
         if landed is not None:
             result.snapshot_id = landed
