@@ -207,6 +207,10 @@ class Executor:
         # A snapshot (SCD2) model with nothing to change writes no data but commits its record: it
         # read the upstreams at ``pin`` and found the history current, so ``--stale`` clears it.
         unchanged = compiled.strategy == "snapshot" and inserted == updated == deleted == 0
+        if unchanged and create_fence:  # a first run with nothing to version writes nothing, no table either
+            log.run(con, sql.ROLLBACK)
+            result.status = "unchanged"
+            return
         if warning := emptied(compiled.path, stage_rows, inserted, deleted, self.strict):
             result.warnings.append(warning)
         watermark = None
