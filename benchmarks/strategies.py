@@ -1,6 +1,6 @@
 """lakewrap's strategies against hand-written DuckDB SQL and dbt-duckdb, on one DuckLake.
 
-The workload is the one of ``shared/research/perf-anchors.md``: ``raw.orders_raw`` (order_id,
+The workload: ``raw.orders_raw`` (order_id,
 customer_id, amount DECIMAL(18,2), status, created_at, updated_at) over the 90 days 2024-01-01 to
 2024-03-30, in a DuckLake with a DuckDB-file catalog and local data; then a daily delta as an
 upstream loader would apply it: ~1% of the rows get a new status, amount + 1 and an ``updated_at``
@@ -333,8 +333,8 @@ SCENARIOS = (
     Scenario("delete+insert", "di_orders", ("--partition", DAY90), ("b",),
              ("run", "--select", "di_orders", "--event-time-start", DAY90, "--event-time-end", DAY91), COUNTS),
     # (c") writes the same rows, but deletes and re-inserts the matched ones: new row ids, and DuckLake's
-    # change feed reports a delete and an insert where a MERGE's update reports an update (DESIGN's merge
-    # is an update in place); it is measured beside, and is the baseline of matched=replace below
+    # change feed reports a delete and an insert where a MERGE's update reports an update (docs/design.md's
+    # merge is an update in place); it is measured beside, and is the baseline of matched=replace below
     Scenario("merge", "merge_orders", ("--now", RUN_NOW), ("c'",), ("run", "--select", "merge_orders"),
              COUNTS, also=('c"',)),
     # ``matched=replace``: the matched rows deleted and the window's inserted, as (c") does
