@@ -234,3 +234,26 @@ def test_a_policy_cannot_be_changed_in_place() -> None:
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         RetryPolicy().attempts = 1  # type: ignore[misc]
+
+
+def test_the_backoff_draws_from_the_given_rng_or_a_fresh_one() -> None:
+    policy = RetryPolicy(attempts=4, base=0.1, cap=1.0)
+
+    def failing_twice() -> Any:
+        calls: list[int] = []
+
+        def fn() -> str:
+            calls.append(1)
+            if len(calls) <= 2:
+                raise duckdb.TransactionException(ONLY["Transaction conflict"])
+            return "done"
+
+        return fn
+
+    delays: list[float] = []
+    assert retrying(failing_twice(), policy, rng=random.Random(3), sleep=delays.append) == "done"
+    reference = random.Random(3)
+    assert delays == [policy.delay(1, reference), policy.delay(2, reference)]  # the seeded rng's draws
+    delays.clear()
+    assert retrying(failing_twice(), policy, sleep=delays.append) == "done"  # no rng: a fresh one
+    assert len(delays) == 2 and all(0 <= d <= 0.2 for d in delays)
