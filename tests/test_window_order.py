@@ -5,6 +5,7 @@ Found by mutation testing (docs/testing.md): ``order=False`` survived the partit
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from lakewrap.partitions import Grain, parse_partition, partition_range
@@ -18,5 +19,5 @@ def test_windows_sort_by_start_across_a_clock_change() -> None:
     shuffled = windows[:]
     random.Random(5).shuffle(shuffled)
     assert sorted(shuffled) == windows
-    assert all(a.end == b.start for a, b in zip(windows, windows[1:], strict=False))
+    assert all(a.end == b.start for a, b in itertools.pairwise(windows))
     assert min(shuffled) == windows[0] and max(shuffled) == windows[-1]
