@@ -14,7 +14,7 @@ parquet files are hard-linked):
    ``Executor.materialize`` call (``seconds`` in ``target/run_results.json``: the model's
    statements plus the fence, state rows, commit message and row counts around them). The sum of
    the statement times in ``target/run/<run_id>/*.sql`` is recorded too, per statement.
-2. The same work as hand-written DuckDB SQL (the best shapes of perf-anchors.md), in a minimal
+2. The same work as hand-written DuckDB SQL (the fastest shapes measured for each task), in a minimal
    ``python hand.py <variant>`` process: ``import duckdb``, ``LOAD`` the ducklake wheel, ``ATTACH``,
    then the statements; "SQL" is the time of the statements after ``ATTACH``.
 3. ``dbt run`` / ``dbt snapshot`` with dbt-core 1.11.16 + dbt-duckdb 1.11.1 from a venv inside the
@@ -252,7 +252,7 @@ print(f"{{done - attached:.6f}} {{attached - start:.6f}}", *(f"{{x:.6f}}" for x 
 
 
 def hand_scenarios() -> dict[str, list[str]]:
-    """The hand-written shapes (perf-anchors.md task 2), on the same targets' layout as lakewrap."""
+    """The hand-written shapes (item 2 of the module docstring), on the same targets' layout as lakewrap."""
     day90 = f"created_at >= TIMESTAMP '{DAY90}' AND created_at < TIMESTAMP '{DAY91}'"
     day91 = f"created_at >= TIMESTAMP '{DAY91}' AND created_at < TIMESTAMP '{DAY92}'"
     window = f"updated_at > TIMESTAMP '{DAY91}' AND updated_at <= TIMESTAMP '{DAY92}'"
