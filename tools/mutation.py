@@ -39,7 +39,7 @@ class Target:
 
 TARGETS: dict[str, Target] = {
     "retry": Target("src/lakewrap/execute/retry.py", ("tests/test_retry_classification.py",)),
-    "partitions": Target("src/lakewrap/partitions.py", ("tests/test_window_order.py", "tests/test_partitions.py")),
+    "partitions": Target("src/lakewrap/partitions.py", ("tests/test_partition_edges.py", "tests/test_partitions.py")),
     "guards": Target("compilers/checks.py", ("tests/test_checks_compile.py", "tests/test_checks_exec.py")),
     "redaction": Target("src/lakewrap/execute/lake.py", ("tests/test_catalogs.py",)),
     "skip-rules": Target("src/lakewrap/runner.py", ("tests/test_runner.py",)),
