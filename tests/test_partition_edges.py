@@ -1,5 +1,6 @@
 """Edges of partition windows that mutation testing (docs/testing.md) found untested: windows sort by
-time (``Window`` is an ordered dataclass), and the supported years end exactly at 0002 and 9998."""
+time (``Window`` is an ordered dataclass), the supported years end exactly at 0002 and 9998, and an
+unknown time zone's hint suggests a name only when one is close."""
 
 from __future__ import annotations
 
@@ -33,3 +34,14 @@ def test_the_supported_years_are_0002_to_9998(grain: Grain) -> None:
     for year in ("0001", "9999"):
         with pytest.raises(PlanError, match=r"outside the supported years 0002\.\.9998"):
             parse_partition(grain, first.format(y=year))
+
+
+def test_an_unknown_time_zone_suggests_a_close_name_only_when_there_is_one() -> None:
+    from lakewrap.partitions import zone
+
+    with pytest.raises(PlanError) as typo:
+        zone("Europe/Berln")
+    assert typo.value.hint is not None and typo.value.hint.startswith("did you mean `Europe/Berlin`?")
+    with pytest.raises(PlanError) as empty:
+        zone("")
+    assert empty.value.hint == "use an IANA name such as `UTC` or `Europe/Berlin`"
