@@ -66,8 +66,8 @@ def test_the_console_reads_through_a_read_only_connection(shop: Path) -> None:
 def test_a_folder_without_a_lake_is_refused_and_left_alone(tmp_path: Path, flag: list[str]) -> None:
     (tmp_path / "models").mkdir()
     proc = lakewrap("shell", *flag, "--project", str(tmp_path), stdin="")
-    assert proc.returncode == 2 and "has no lake yet" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "the lake does not exist yet" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
     missing = lakewrap("shell", *flag, "--project", str(tmp_path / "nope"), stdin="")
-    assert missing.returncode == 2 and "no folder" in missing.stderr, missing.stderr
+    assert missing.returncode == 2 and "does not exist" in missing.stderr, missing.stderr
     assert not (tmp_path / "nope").exists()

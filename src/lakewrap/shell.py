@@ -15,13 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap.config import load_config
-from lakewrap.errors import ConfigError, Location, ProjectError
-
-
-class NoLakeError(ProjectError):
-    """The folder is no project with a lake: bad usage (exit 2), nothing is created."""
-
-    exit_code = 2
+from lakewrap.errors import ConfigError, Location
 
 
 def attach_statements(root: Path) -> list[str]:
@@ -76,14 +70,15 @@ def interact(root: Path, *, stdin_is_tty: bool) -> None:
 
 
 def _lake_config(root: Path) -> Any:
-    if not root.is_dir():
-        raise NoLakeError(f"no folder {root}", hint="pass --project with the folder that holds models/")
-    cfg = load_config(root.resolve()).lake
+    """The lake's config; a folder that is no project, or a lake never created, is refused (exit 2)."""
+    from lakewrap.execute.lake import Lake
+    from lakewrap.project import require_project
+
+    root = require_project(root)
+    cfg = load_config(root).lake
     if cfg.substrate != "ducklake":
         raise ConfigError("`lakewrap shell` opens DuckLake lakes only", location=Location("lakewrap.toml"),
                           hint="on Iceberg, read the tables with `lakewrap query` or a pyiceberg catalog "
                           "(docs/iceberg.md, \"Catalogs\")")
-    if cfg.catalog in ("duckdb", "sqlite") and not cfg.catalog_path(root.resolve()).exists():
-        raise NoLakeError(f"the project at {root} has no lake yet (no {cfg.catalog_path(root.resolve()).name})",
-                          hint="`lakewrap seed` or `lakewrap run` creates it")
+    Lake.open(root).check_exists()
     return cfg
