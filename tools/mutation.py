@@ -40,9 +40,10 @@ class Target:
 TARGETS: dict[str, Target] = {
     "retry": Target("src/lakewrap/execute/retry.py", ("tests/test_retry_classification.py",)),
     "partitions": Target("src/lakewrap/partitions.py", ("tests/test_partition_edges.py", "tests/test_partitions.py")),
-    "guards": Target("compilers/checks.py", ("tests/test_checks_compile.py", "tests/test_checks_exec.py")),
-    "redaction": Target("src/lakewrap/execute/lake.py", ("tests/test_catalogs.py",)),
-    "skip-rules": Target("src/lakewrap/runner.py", ("tests/test_runner.py",)),
+    # the guard statements (window, NULL and duplicate keys) are built by compilers/sql.py's helpers
+    "guards": Target("compilers/sql.py", ("tests/test_golden.py", "tests/test_strategies_exec.py")),
+    "redaction": Target("src/lakewrap/redact.py", ("tests/test_redaction.py",)),
+    "skip-rules": Target("src/lakewrap/skips.py", ("tests/test_skip_rules.py",)),
     "commit-lookup": Target("src/lakewrap/execute/iceberg_commit.py", ("tests/test_iceberg_reliability.py",)),
 }
 
