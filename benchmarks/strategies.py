@@ -1,6 +1,6 @@
 """lakewrap's strategies against hand-written DuckDB SQL and dbt-duckdb, on one DuckLake.
 
-The workload is the one of ``shared/research/perf-anchors.md``: ``raw.orders_raw`` (order_id,
+The workload: ``raw.orders_raw`` (order_id,
 customer_id, amount DECIMAL(18,2), status, created_at, updated_at) over the 90 days 2024-01-01 to
 2024-03-30, in a DuckLake with a DuckDB-file catalog and local data; then a daily delta as an
 upstream loader would apply it: ~1% of the rows get a new status, amount + 1 and an ``updated_at``
@@ -14,7 +14,7 @@ parquet files are hard-linked):
    ``Executor.materialize`` call (``seconds`` in ``target/run_results.json``: the model's
    statements plus the fence, state rows, commit message and row counts around them). The sum of
    the statement times in ``target/run/<run_id>/*.sql`` is recorded too, per statement.
-2. The same work as hand-written DuckDB SQL (the best shapes of perf-anchors.md), in a minimal
+2. The same work as hand-written DuckDB SQL (the fastest shapes measured for each task), in a minimal
    ``python hand.py <variant>`` process: ``import duckdb``, ``LOAD`` the ducklake wheel, ``ATTACH``,
    then the statements; "SQL" is the time of the statements after ``ATTACH``.
 3. ``dbt run`` / ``dbt snapshot`` with dbt-core 1.11.16 + dbt-duckdb 1.11.1 from a venv inside the
@@ -252,7 +252,7 @@ print(f"{{done - attached:.6f}} {{attached - start:.6f}}", *(f"{{x:.6f}}" for x 
 
 
 def hand_scenarios() -> dict[str, list[str]]:
-    """The hand-written shapes (perf-anchors.md task 2), on the same targets' layout as lakewrap."""
+    """The hand-written shapes (item 2 of the module docstring), on the same targets' layout as lakewrap."""
     day90 = f"created_at >= TIMESTAMP '{DAY90}' AND created_at < TIMESTAMP '{DAY91}'"
     day91 = f"created_at >= TIMESTAMP '{DAY91}' AND created_at < TIMESTAMP '{DAY92}'"
     window = f"updated_at > TIMESTAMP '{DAY91}' AND updated_at <= TIMESTAMP '{DAY92}'"
@@ -333,8 +333,8 @@ SCENARIOS = (
     Scenario("delete+insert", "di_orders", ("--partition", DAY90), ("b",),
              ("run", "--select", "di_orders", "--event-time-start", DAY90, "--event-time-end", DAY91), COUNTS),
     # (c") writes the same rows, but deletes and re-inserts the matched ones: new row ids, and DuckLake's
-    # change feed reports a delete and an insert where a MERGE's update reports an update (DESIGN's merge
-    # is an update in place); it is measured beside, and is the baseline of matched=replace below
+    # change feed reports a delete and an insert where a MERGE's update reports an update (docs/design.md's
+    # merge is an update in place); it is measured beside, and is the baseline of matched=replace below
     Scenario("merge", "merge_orders", ("--now", RUN_NOW), ("c'",), ("run", "--select", "merge_orders"),
              COUNTS, also=('c"',)),
     # ``matched=replace``: the matched rows deleted and the window's inserted, as (c") does

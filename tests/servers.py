@@ -205,6 +205,18 @@ class S3:
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
 
+    def clear_glue(self) -> None:
+        """Drop every database (and its tables) of moto's Glue catalog, which the whole session
+        shares: two tests whose models have the same names would otherwise see each other's tables."""
+        import boto3
+
+        glue = boto3.client("glue", endpoint_url=f"http://{self.endpoint}", aws_access_key_id=self.key_id,
+                            aws_secret_access_key=self.secret, region_name=self.region)
+        for db in glue.get_databases()["DatabaseList"]:
+            for table in glue.get_tables(DatabaseName=db["Name"])["TableList"]:
+                glue.delete_table(DatabaseName=db["Name"], Name=table["Name"])
+            glue.delete_database(Name=db["Name"])
+
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]

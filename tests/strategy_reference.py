@@ -1,11 +1,12 @@
-"""A plain-Python reference of lakewrap's strategies, written from DESIGN §3 (never from its SQL).
+"""A plain-Python reference of lakewrap's strategies, written from docs/design.md, "Strategy semantics"
+(never from lakewrap's SQL).
 
 Rows are dicts. A table is a list of rows (a multiset). Each strategy function takes the table
 before a materialization (``None`` when it does not exist yet) and the model's result rows, and
 returns an :class:`Outcome`: the table after it, what changed, and whether it committed. Guards
 that refuse a materialization raise :class:`Refused`; the table is then unchanged.
 
-Semantics implemented here (DESIGN §3):
+Semantics implemented here (docs/design.md, "Strategy semantics"):
 
 * table: the result replaces the table; view: the result, evaluated when read.
 * delete+insert: rows of the table whose partition key is in the window are deleted, the result
@@ -260,8 +261,8 @@ def snapshot(before: Table | None, result: Table, spec: Scd2, run_ts: datetime) 
         else:
             valid_from = row[spec.updated_at]  # type: ignore[index]
             if spec.hard_deletes != "ignore":
-                # lakewrap's refinement of DESIGN §3 (docs/strategies.md): a key that left the source
-                # and came back with an old updated_at starts at the run timestamp, so validity
+                # lakewrap's refinement of docs/design.md's SCD2 columns (docs/strategies.md): a key that
+                # left the source and came back with an old updated_at starts at the run timestamp, so validity
                 # intervals never overlap and never cover the time the key was deleted.
                 key = _key(row, spec.keys)
                 ends = [v["valid_to"] for v in versions if _key(v, spec.keys) == key and v["valid_to"] is not None]

@@ -321,7 +321,8 @@ def test_a_bad_input_fails_cleanly_and_changes_nothing(case: Case, project: Path
 
 def test_the_literal_model_case_guards_a_real_hazard(tmp_path: Path) -> None:
     """Why the binder-error cases matter: asked to COMMIT after a binder error, DuckDB commits the
-    statements before it (DESIGN §5). Here the DELETE would have persisted; lakewrap rolls back."""
+    statements before it (docs/design.md, "Transaction protocol"). Here the DELETE would have persisted;
+    lakewrap rolls back."""
     from conftest import connect_ducklake
 
     con = connect_ducklake(tmp_path / "lake")

@@ -119,3 +119,23 @@ def test_an_unwritable_cache_folder_only_costs_the_check(tmp_path: Path, monkeyp
         con.close()
     finally:
         extensions.forget()
+
+
+def test_no_connection_draws_a_progress_bar(tmp_path: Path) -> None:
+    """DuckDB's progress bar (drawn on stdout for a statement running over 2 s) would land inside
+    lakewrap's own output: a ``--format json`` document, a child's report lines (seen on a loaded
+    machine in ``test_iceberg_sql.py``'s two-process test). Off on every connection and cursor."""
+    from lakewrap.execute.lake import Lake
+
+    con = extensions.connect(("ducklake",))
+    try:
+        assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
+    finally:
+        con.close()
+    lake = Lake.open(tmp_path)
+    with lake.shared():
+        cursor = lake.connect()
+        try:
+            assert cursor.execute("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
+        finally:
+            lake.close(cursor)

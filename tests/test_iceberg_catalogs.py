@@ -80,6 +80,7 @@ def make_project(tmp_path: Path, kind: Kind, request: pytest.FixtureRequest, mon
         s3_lines = ["", "[lake.s3]", f'endpoint = "{s3.endpoint}"', 'url_style = "path"', "use_ssl = false"]
     if kind.catalog == "glue":
         assert proj.s3 is not None
+        proj.s3.clear_glue()  # the session's one Glue catalog: no table of an earlier test (any order)
         lines += ['catalog = "glue"', f'warehouse = "{warehouse}"', *s3_lines, "", "[lake.glue]",
                   f'endpoint = "http://{proj.s3.endpoint}"', 'region = "us-east-1"']
     elif kind.catalog == "rest":

@@ -249,18 +249,55 @@ while True:
 """
 
 
+def _metadata_location(catalog_db: Path, namespace: str, name: str) -> str | None:
+    """The table's current metadata file, read straight from the SQL catalog's SQLite database."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{catalog_db}?mode=ro", uri=True, timeout=10)
+    try:
+        row = con.execute("SELECT metadata_location FROM iceberg_tables WHERE table_namespace = ? AND "
+                          "table_name = ?", (namespace, name)).fetchone()
+    finally:
+        con.close()
+    return None if row is None else str(row[0])
+
+
+def _await_change(catalog_db: Path, namespace: str, name: str, seen: str | None, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while _metadata_location(catalog_db, namespace, name) == seen:
+        assert time.monotonic() < deadline, f"{namespace}.{name} was not committed within {timeout} s"
+        time.sleep(0.002)
+
+
+BEFORE_SOURCE, BEFORE_COMMIT, AFTER_COMMIT = "before the source write", "before the commit", "after the commit"
+
+
 @pytest.mark.slow
 def test_kill_9_leaves_every_partition_before_or_after_and_state_agrees(tmp_path: Path) -> None:
+    """kill -9 of a process looping (overwrite the source, run the model): at a random moment of the
+    run that follows a source write, or (every other trial) the moment the model's commit is in the
+    catalog, both watched from the parent in the catalog's database. Each kill is placed by what the
+    lake shows: before a generation's source write, between it and the model's commit, or after the
+    commit; each place implies the number of materializations recorded and whether the partition's
+    pin is the source's current snapshot. Both sides of the commit must be hit."""
     lake = project(tmp_path, {"out/di.sql": DI})
     source(lake, 1, 300)
     assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    catalog_db = lake.config.iceberg_catalog_path(tmp_path)
     rng = random.Random(7)
     trials = int(os.environ.get("LAKEWRAP_KILLS", "8"))
     generation = 0
-    for _ in range(trials):
+    landed: Counter[str] = Counter()
+    for trial in range(trials):
+        recorded = len(materializations(IcebergLake.open(tmp_path).load("out.di")))
         child = subprocess.Popen([sys.executable, "-c", KILL_CHILD, str(tmp_path), str(generation)],
                                  stdout=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(2.0, 6.0))
+        # the child is at work once it has written its first source (its start-up takes seconds)
+        _await_change(catalog_db, "raw", "src", _metadata_location(catalog_db, "raw", "src"))
+        if trial % 2 == 0:  # inside the run that follows the source write, at a random moment
+            time.sleep(rng.uniform(0.0, 1.5))
+        else:  # the moment the model's commit is in the catalog
+            _await_change(catalog_db, "out", "di", _metadata_location(catalog_db, "out", "di"))
         os.kill(child.pid, signal.SIGKILL)
         out, _ = child.communicate()
         reported = [int(x) for x in out.split()]
@@ -269,14 +306,31 @@ def test_kill_9_leaves_every_partition_before_or_after_and_state_agrees(tmp_path
         assert len(values) == 1 and sum(values.values()) == 300, values  # never a mixed partition
         (v,) = values
         last = reported[-1] if reported else generation
-        assert v in (last, last + 1) or (not reported and v == generation), (v, reported)
-        # the state in the newest summary is the commit that wrote the current data
-        newest = materializations(table)[-1]
-        assert newest["snapshot_id"] == table.current_snapshot().snapshot_id
         src = IcebergLake.open(tmp_path).load("raw.src")
+        (src_v,) = {r["v"] for r in src.scan().to_arrow().to_pylist()}
+        if v == last + 1:
+            where = AFTER_COMMIT  # the in-flight generation committed; the child died before saying so
+        elif v == last:
+            where = BEFORE_COMMIT if src_v == last + 1 else BEFORE_SOURCE
+        else:
+            raise AssertionError(f"partition holds generation {v}, the child reported {reported} from {generation}")
+        assert src_v in (last, last + 1), (src_v, last)
+        landed[where] += 1
+        # what that place implies: one materialization per committed generation, no more, no fewer
+        history = materializations(table)
+        assert len(history) == recorded + len(reported) + (where == AFTER_COMMIT), (where, reported)
+        # the newest materialization is the commit that wrote the current data, pinned to its source
+        newest = history[-1]
+        assert newest["snapshot_id"] == table.current_snapshot().snapshot_id
         pinned = src.metadata.snapshot_by_id(newest["pins"]["raw.src"])
         assert {r["v"] for r in src.scan(snapshot_id=pinned.snapshot_id).to_arrow().to_pylist()} == {v}
-        generation = max(v, *(reported or [0]))
+        # killed between the source write and the commit: the source moved past the partition's pin
+        # (the partition is stale, for the next run to repair); otherwise the pin is the current source
+        assert (pinned.snapshot_id != src.current_snapshot().snapshot_id) == (where == BEFORE_COMMIT), where
+        generation = max(v, src_v)
+    print(f"kill -9 placed: {dict(landed)}")  # shown with -s
+    assert sum(landed.values()) == trials
+    assert landed[AFTER_COMMIT] >= 1 and landed[BEFORE_COMMIT] >= 1, landed
 
 
 # --- bad inputs: a clear error and no new snapshot ----------------------------------------------------

@@ -197,7 +197,8 @@ def test_restore_partition_returns_exact_rows_and_leaves_others(built: SqlHistor
 
 
 def test_reproduce_mismatch_when_a_pin_is_altered(built: SqlHistory) -> None:
-    """Last: it rewrites the recorded pins (the state table overwritten with pyiceberg)."""
+    """It rewrites the recorded pins (the state table overwritten with pyiceberg), then puts the
+    original rows back, so the other tests of the shared history may run before or after it."""
     import pyarrow as pa
 
     root = built.house.root
@@ -211,12 +212,18 @@ def test_reproduce_mismatch_when_a_pin_is_altered(built: SqlHistory) -> None:
             for r, p in zip(data.column("run_id").to_pylist(), data.column("pins").to_pylist(), strict=True)]
     assert pins != data.column("pins").to_pylist()
     state.overwrite(data.set_column(data.schema.get_field_index("pins"), "pins", pa.array(pins, pa.string())))
-    code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
+    try:
+        code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
+    finally:
+        load(built, STATE).overwrite(data)
     (r,) = json.loads(out)["results"]
     assert code == 1 and r["status"] == "MISMATCH"
     # at the old pin partition 1 of the source held ids 3, 4 (V1); the table holds 3, 4, 5 (V2), 4 changed;
     # partition 0 (ids 1, 2) is the same in both
     assert (r["only_in_reproduction"], r["only_in_table"]) == (1, 2)
+    # the original pins are back: the run reproduces again
+    code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
+    assert code == 0 and json.loads(out)["results"][0]["status"] == "MATCH"
 
 
 def test_state_table_of_an_earlier_lakewrap_is_upgraded(tmp_path: Path) -> None:

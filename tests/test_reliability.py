@@ -1,4 +1,4 @@
-"""The reliability battery (research/reliability-anchors.md §6, items A and B) on real DuckLakes.
+"""The reliability battery on real DuckLakes (docs/design.md, "Transaction protocol").
 
 * crash safety: ``kill -9`` at random points of a writer process, then the lake's invariants;
 * concurrency on one table: two writers of the same *new* partition (the per-model fence makes one

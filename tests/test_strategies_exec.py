@@ -3,7 +3,7 @@
 Every test builds a project (``models/`` only; the embedded lake appears under ``.lakewrap/``),
 mutates its sources between steps, runs ``run_project`` with a fixed logical time, and compares
 the target tables, the run results and lakewrap's recorded state with ``strategy_reference``
-(written from DESIGN §3, never from lakewrap's SQL). See ``lakehouse.py`` for the harness.
+(written from docs/design.md, "Strategy semantics", never from lakewrap's SQL). See ``lakehouse.py`` for the harness.
 
 ``LAKEWRAP_NIGHTLY=1`` raises the differential property tests from 25 to 200 examples.
 """

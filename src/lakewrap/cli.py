@@ -242,7 +242,9 @@ def parallel_options(fn: F) -> F:
                       "default: a LocalCluster).")(fn)
     fn = click.option("--executor", type=click.Choice(["auto", "thread", "process", "dask"]), default="auto",
                       show_default=True, help="Where steps run (auto: threads; processes on a SQLite catalog).")(fn)
-    fn = click.option("--workers", type=click.IntRange(min=1), help="Steps in parallel (default: one per core).")(fn)
+    fn = click.option("--workers", type=click.IntRange(min=1),
+                      help="Steps in parallel (default: one per core for --executor process and dask, "
+                      "1 for threads).")(fn)
     return fn
 
 
@@ -502,6 +504,21 @@ def maintain_cmd(selectors: tuple[str, ...], dry_run: bool, fmt: str, project: P
          f"files; {report.storage_files_before} on storage before, {report.storage_files_after} after", "cyan")
     for note in report.notes:
         _say("note:", note, "yellow")
+
+
+@main.command("shell")
+@click.option("--print", "print_only", is_flag=True,
+              help="Print the statements that attach the lake in another DuckDB client, and exit.")
+@project_option
+@handled
+def shell_cmd(print_only: bool, project: Path) -> None:
+    """A Python console with `con`, a read-only connection to the lake (or --print its ATTACH statements)."""
+    from lakewrap import shell
+
+    if print_only:
+        sys.stdout.write("\n".join(shell.attach_statements(project)) + "\n")
+    else:
+        shell.interact(project, stdin_is_tty=sys.stdin.isatty())
 
 
 from lakewrap.cli_provenance import register  # noqa: E402  (its commands use the helpers above)

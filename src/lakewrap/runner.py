@@ -191,7 +191,8 @@ def run_project(
 ) -> RunReport:
     """Materialize the selected models of the project at ``root`` (see :mod:`lakewrap.scheduler`).
 
-    Independent models run in parallel on ``workers`` (default: one per core); ``executor`` is
+    Independent models run in parallel on ``workers`` (default: one per core for the ``process`` and
+    ``dask`` executors, one for threads: :func:`lakewrap.scheduler.default_workers`); ``executor`` is
     ``auto``, ``thread``, ``process``, ``dask`` or a callable ``fn(task) -> Result``. An ``append``
     partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`).
 

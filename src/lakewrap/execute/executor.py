@@ -1,6 +1,6 @@
 """One materialization = one transaction = one DuckLake snapshot, with its state in the same commit.
 
-The protocol follows what was measured on DuckDB/DuckLake 1.5.5 (DESIGN §5):
+The protocol follows what was measured on DuckDB/DuckLake 1.5.5 (docs/design.md, "Transaction protocol"):
 
 * ``BEGIN``, each statement, ``COMMIT`` are separate ``execute()`` calls (a multi-statement string
   is not atomic);

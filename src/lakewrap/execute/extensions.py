@@ -87,6 +87,9 @@ def connect_binaries(binaries: list[tuple[str, Path | None]]) -> Any:
             _load(con, name, path)
         if checked:  # off before any other statement; DuckDB refuses to turn it on again
             con.execute(sql.set_option("allow_unsigned_extensions", "false"))
+        # DuckDB draws a progress bar on stdout for a statement running over 2 s, inside lakewrap's
+        # own output (a --format json document, a report line); a session setting
+        con.execute(sql.set_option("enable_progress_bar", "false"))
     except BaseException:
         con.close()
         raise

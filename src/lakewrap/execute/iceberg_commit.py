@@ -1,6 +1,6 @@
 """One materialization on Iceberg = DuckDB computes, one pyiceberg ``table.transaction()`` commits.
 
-The protocol (DESIGN §5 and the reliability notes):
+The protocol (docs/design.md, "Transaction protocol"; docs/iceberg.md):
 
 * the target and every upstream are read at one pinned snapshot each; the transaction starts from
   the target's pinned metadata, so pyiceberg's ``serializable`` validation rejects any concurrent

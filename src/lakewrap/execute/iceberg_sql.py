@@ -1,6 +1,6 @@
 """One materialization on Iceberg, write path ``sql``: DuckDB writes through the REST catalog.
 
-The protocol (DESIGN §5, docs/iceberg.md):
+The protocol (docs/design.md, "Transaction protocol"; docs/iceberg.md):
 
 * the plan's leading ``setup`` statements (the target's namespace, lakewrap's namespace, the
   target's state table) run first, each committed on its own: a table cannot be created in a

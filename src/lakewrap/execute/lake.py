@@ -152,6 +152,7 @@ class Lake:
     def _session(self, con: Any) -> None:
         """The per-connection settings ``_open`` makes, for a cursor (which inherits neither)."""
         con.execute(sql.set_option("TimeZone", "UTC"))
+        con.execute(sql.set_option("enable_progress_bar", "false"))  # as extensions.connect does
         con.execute(sql.use(self.config.alias))
 
     def check_exists(self) -> None:

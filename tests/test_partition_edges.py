@@ -1,0 +1,47 @@
+"""Edges of partition windows that mutation testing (docs/testing.md) found untested: windows sort by
+time (``Window`` is an ordered dataclass), the supported years end exactly at 0002 and 9998, and an
+unknown time zone's hint suggests a name only when one is close."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from lakewrap.errors import PlanError
+from lakewrap.partitions import Grain, parse_partition, partition_range
+
+
+def test_windows_sort_by_start_across_a_clock_change() -> None:
+    first, last = parse_partition(Grain.HOURLY, "2024-03-31T00", "Europe/Berlin"), \
+        parse_partition(Grain.HOURLY, "2024-03-31T05", "Europe/Berlin")
+    windows = [p.window for p in partition_range(first, last)]
+    assert len(windows) == 5  # 02:00 does not exist that night
+    shuffled = windows[:]
+    random.Random(5).shuffle(shuffled)
+    assert sorted(shuffled) == windows
+    assert all(a.end == b.start for a, b in itertools.pairwise(windows))
+    assert min(shuffled) == windows[0] and max(shuffled) == windows[-1]
+
+
+@pytest.mark.parametrize("grain", list(Grain), ids=lambda g: g.value)
+def test_the_supported_years_are_0002_to_9998(grain: Grain) -> None:
+    first = {Grain.HOURLY: "{y}-01-02T00", Grain.DAILY: "{y}-01-02", Grain.WEEKLY: "{y}-W02",
+             Grain.MONTHLY: "{y}-02", Grain.YEARLY: "{y}"}[grain]
+    for year in ("0002", "9998"):
+        assert parse_partition(grain, first.format(y=year)).value == first.format(y=year)
+    for year in ("0001", "9999"):
+        with pytest.raises(PlanError, match=r"outside the supported years 0002\.\.9998"):
+            parse_partition(grain, first.format(y=year))
+
+
+def test_an_unknown_time_zone_suggests_a_close_name_only_when_there_is_one() -> None:
+    from lakewrap.partitions import zone
+
+    with pytest.raises(PlanError) as typo:
+        zone("Europe/Berln")
+    assert typo.value.hint is not None and typo.value.hint.startswith("did you mean `Europe/Berlin`?")
+    with pytest.raises(PlanError) as empty:
+        zone("")
+    assert empty.value.hint == "use an IANA name such as `UTC` or `Europe/Berlin`"
