@@ -206,7 +206,7 @@ def _emit_run(report: Any, fmt: str) -> None:
             for w in r.warnings:
                 _say("warning:", f"{r.target} {r.partition or ''}: {w}", "yellow")
             if r.error:
-                _say("error:", f"{r.target}: {r.error}", "bold red", stderr=True)
+                _say_error(r, stderr=True)
         from lakewrap.progress import not_rerun
 
         for line in not_rerun(report):
@@ -234,6 +234,17 @@ def _say_resume(report: Any) -> None:
     """
     if report.resumable and report.status == "cancelled":
         _say("resume:", f"run {report.status}; finish it with: {resume_command(report.run_id)}", "magenta")
+
+
+def _say_error(r: Any, *, stderr: bool = False) -> None:
+    """A failed result's error: ``error: models/x.sql:7:6: ...`` (its line, caret and hint follow) when
+    it is located in the model file, else ``error: <target>: ...``; ``--debug`` adds the failed
+    statement, DuckDB's own message and the traceback."""
+    located = bool((getattr(r, "error_location", None) or {}).get("line"))
+    _say("error:", r.error if located else f"{r.target}: {r.error}", "bold red", stderr=stderr)
+    debug = getattr(r, "error_debug", None)
+    if debug and click.get_current_context().find_root().params.get("debug"):
+        (sys.stderr if stderr else sys.stdout).write(debug + "\n")
 
 
 def parallel_options(fn: F) -> F:
@@ -327,7 +338,7 @@ def _emit_tests(report: Any) -> None:
                 right=("failing rows",), styles=row_styles)
     for r in report.results:
         if r.error:
-            _say("error:", f"{r.target}: {r.error}", "bold red")
+            _say_error(r)
         for t in r.tests:
             if t.status == "error":
                 _say("error:", f"{t.path}:{t.line}: test `{t.name}`: {t.error or ''}", "bold red")

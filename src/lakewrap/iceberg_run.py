@@ -16,12 +16,13 @@ from typing import Any
 from lakewrap.compile import _Cache, compile_plan, load_project
 from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
-from lakewrap.errors import LakewrapError, PlanError
+from lakewrap.errors import PlanError
 from lakewrap.execute.executor import Result
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_commit import PREFIX, IcebergExecutor
 from lakewrap.execute.iceberg_sql import IcebergSqlExecutor
 from lakewrap.execute.iceberg_sql import connect as connect_sql
+from lakewrap.execute.locate import located
 from lakewrap.outcome import resolve_iceberg
 from lakewrap.plan import Param, Plan, Substrate, make_plan
 from lakewrap.runner import (
@@ -85,9 +86,11 @@ def plan_model(lake: IcebergLake, con: Any, spec: ModelSpec, value: str | None, 
 
 def materialize_spec(lake: IcebergLake, con: Any, executor: IcebergExecutor | IcebergSqlExecutor, spec: ModelSpec,
                      value: str | None, now: datetime, cache: _Cache | None, *, drop_first: bool = False) -> Result:
-    def failed(error: str, cls: str) -> Result:
-        return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
-                      status="failed", error=lake.redact(error), error_class=cls)
+    def failed(exc: Exception) -> Result:
+        out = Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
+                     status="failed", error_class=type(exc).__name__)
+        out.fail(located(exc, spec.path, lake.root), lake.redact)
+        return out
 
     try:
         plan = plan_model(lake, con, spec, value, now)
@@ -96,10 +99,8 @@ def materialize_spec(lake: IcebergLake, con: Any, executor: IcebergExecutor | Ic
 
             plan = read_test_files(plan, lake.root)
         compiled = compile_plan(plan, cache)
-    except LakewrapError as exc:
-        return failed(exc.render(), type(exc).__name__)
-    except Exception as exc:  # the column probe ran the model's SELECT
-        return failed(f"{spec.path}: {exc}", type(exc).__name__)
+    except Exception as exc:  # a LakewrapError, or the column probe's DuckDB error (it ran the model's SELECT)
+        return failed(exc)
     rebuilds = spec.strategy.kind in ("delete+insert", "merge", "append", "snapshot")
     return executor.materialize(con, compiled, reads=reads_of(spec), drop_first=drop_first and rebuilds)
 

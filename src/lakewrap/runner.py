@@ -20,10 +20,11 @@ from typing import Any
 from lakewrap import __version__
 from lakewrap.compile import _Cache, compile_plan
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
-from lakewrap.errors import LakewrapError, PlanError, SelectionError
+from lakewrap.errors import PlanError, SelectionError
 from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Executor, Result
 from lakewrap.execute.lake import Lake
+from lakewrap.execute.locate import located, remember
 from lakewrap.outcome import resolve as resolve_outcome
 from lakewrap.partitions import Grain, parse_partition, partition_range
 from lakewrap.plan import Param, Plan, make_plan
@@ -152,7 +153,11 @@ def probe_columns(con: Any, plan: Plan) -> tuple[str, ...]:
 
     probe = compiler_for(plan.substrate).probe(plan)
     params = {k: v.python() for k, v in probe.params.items()}
-    cursor = con.execute(probe.sql, params) if params else con.execute(probe.sql)
+    try:
+        cursor = con.execute(probe.sql, params) if params else con.execute(probe.sql)
+    except Exception as exc:
+        remember(exc, probe.sql)  # located on the model file by its token (execute/locate.py)
+        raise
     return tuple(d[0] for d in cursor.description)
 
 
@@ -233,13 +238,11 @@ def materialize_spec(con: Any, executor: Executor, spec: ModelSpec, value: str |
 
             plan = read_test_files(plan, executor.lake.root)
         compiled = compile_plan(plan, cache)
-    except LakewrapError as exc:
-        return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
-                      status="failed", error=executor.lake.redact(exc.render()), error_class=type(exc).__name__)
-    except Exception as exc:  # the column probe ran the model's SELECT: a DuckDB error
-        return Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
-                      status="failed", error=executor.lake.redact(f"{spec.path}: {exc}"),
-                      error_class=type(exc).__name__)
+    except Exception as exc:  # a LakewrapError, or the column probe's DuckDB error (it ran the model's SELECT)
+        failed = Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
+                        status="failed", error_class=type(exc).__name__)
+        failed.fail(located(exc, spec.path, executor.lake.root), executor.lake.redact)
+        return failed
     # table and view plans replace the whole target anyway; literal models write what they write.
     rebuilds = spec.strategy.kind in ("delete+insert", "merge", "append", "snapshot")
     return executor.materialize(con, compiled, drop_first=drop_first and rebuilds)

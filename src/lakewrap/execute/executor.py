@@ -27,7 +27,7 @@ from typing import Any, Literal
 from lakewrap import __version__
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import ExecutionError, LakewrapError
-from lakewrap.execute import checks
+from lakewrap.execute import checks, locate
 from lakewrap.execute import statements as sql
 from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
@@ -62,9 +62,22 @@ class Result:
     schema_changes: list[str] = field(default_factory=list)  # ALTER statements on_schema_change ran
     # each failed attempt: {"attempt", "error_class", "error", "seconds"} (the run log's attempts)
     attempt_errors: list[dict[str, Any]] = field(default_factory=list)
+    # where the error is in the model file: {"path", "line", "column"} (execute/locate.py)
+    error_location: dict[str, Any] | None = None
+    # what `--debug` adds: the statement that failed, DuckDB's own message, the traceback (not in JSON)
+    error_debug: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        out.pop("error_debug")
+        return out
+
+    def fail(self, err: LakewrapError, redact: Callable[[str], str]) -> None:
+        """Record ``err`` (located on the model file by :func:`locate.located`) as this result's error."""
+        self.error = redact(err.render())
+        self.error_location = locate.location_dict(err) or {"path": self.model, "line": None, "column": None}
+        debug = getattr(err, "debug", None)
+        self.error_debug = redact(debug) if debug else None
 
 
 class StrictRefusal(ExecutionError):
@@ -135,9 +148,10 @@ class Executor:
                     log.note(f"attempt {attempt} conflicted; retrying in {delay:.3f}s: {exc}")
                     self.sleep(delay)
         except LakewrapError as exc:
-            result.error, result.error_class = self.lake.redact(exc.render()), type(exc).__name__
-        except Exception as exc:  # a DuckDB error: report it, classified, with the model's path
-            result.error = self.lake.redact(f"{compiled.path}: {str(exc).strip()}")
+            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
+            result.error_class = type(exc).__name__
+        except Exception as exc:  # a DuckDB error: located on the model file, classified
+            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
             result.error_class = "RetryableError" if is_retryable(exc) else type(exc).__name__
         finally:
             result.seconds = time.perf_counter() - started

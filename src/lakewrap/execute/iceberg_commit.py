@@ -34,7 +34,7 @@ from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import CommitOp, CompiledPlan, SchemaCheck
 from lakewrap.compilers.schema import Changes, SchemaChangeError
 from lakewrap.errors import ExecutionError, LakewrapError, Location, TransientExecutionError
-from lakewrap.execute import checks
+from lakewrap.execute import checks, locate
 from lakewrap.execute.executor import Result, StrictRefusal
 from lakewrap.execute.iceberg import SERIALIZABLE, IcebergLake, Pinned
 from lakewrap.execute.log import StatementLog
@@ -100,10 +100,10 @@ class IcebergExecutor:
                              f"{str(exc).splitlines()[0] if str(exc) else ''}")
                     self.sleep(delay)
         except LakewrapError as exc:
-            result.error, result.error_class = self.lake.redact(exc.render()), type(exc).__name__
+            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
+            result.error_class = type(exc).__name__
         except Exception as exc:
-            text = str(exc).strip() or type(exc).__name__
-            result.error = self.lake.redact(f"{compiled.path}: {text}")
+            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
             result.error_class = type(exc).__name__
         finally:
             result.seconds = time.perf_counter() - started

@@ -42,7 +42,7 @@ from lakewrap.compilers import lake as sql
 from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, SchemaCheck
 from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
-from lakewrap.execute import checks, extensions
+from lakewrap.execute import checks, extensions, locate
 from lakewrap.execute.executor import Result, emptied
 from lakewrap.execute.iceberg import TOKEN_ENV, IcebergLake
 from lakewrap.execute.log import StatementLog
@@ -186,9 +186,10 @@ class IcebergSqlExecutor:
                     log.note(f"attempt {attempt} conflicted and did not land; retrying in {delay:.3f}s")
                     self.sleep(delay)
         except LakewrapError as exc:
-            result.error, result.error_class = self.lake.redact(exc.render()), type(exc).__name__
+            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
+            result.error_class = type(exc).__name__
         except Exception as exc:  # a DuckDB error
-            result.error = self.lake.redact(f"{compiled.path}: {str(exc).strip()}")
+            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
             result.error_class = type(exc).__name__
         finally:
             for name in inputs or {}:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lakewrap.compilers.artifacts import CompiledPlan
+from lakewrap.execute.locate import remember
 
 
 def _safe(text: str) -> str:
@@ -50,6 +51,7 @@ class StatementLog:
         try:
             cursor = con.execute(statement, params) if params else con.execute(statement)
         except Exception as exc:
+            remember(exc, statement)  # the error's position is in this statement (execute/locate.py)
             self._write(f"-- failed after {time.perf_counter() - start:.3f}s: {str(exc).splitlines()[0]}\n")
             raise
         self._write(f"-- ok {time.perf_counter() - start:.3f}s\n")
