@@ -990,7 +990,7 @@ def test_a_non_retryable_error_is_attempted_once(harness: RetryHarness, model: s
     assert result.status == "failed"
     assert result.attempts == 1
     assert result.error_class == error_class, result.error
-    assert result.error is not None and result.error.startswith(f"models/main/{model}.sql: ")
+    assert result.error is not None and result.error.startswith(f"models/main/{model}.sql:")
     assert harness.delays == []
     after = harness.state()
     assert after[:2] == before[:2]

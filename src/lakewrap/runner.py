@@ -156,7 +156,7 @@ def probe_columns(con: Any, plan: Plan) -> tuple[str, ...]:
     try:
         cursor = con.execute(probe.sql, params) if params else con.execute(probe.sql)
     except Exception as exc:
-        remember(exc, probe.sql)  # located on the model file by its token (execute/locate.py)
+        remember(exc, probe.sql, "probe")  # located on the model file by its token (execute/locate.py)
         raise
     return tuple(d[0] for d in cursor.description)
 

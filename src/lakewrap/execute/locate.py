@@ -168,7 +168,7 @@ def located(exc: BaseException, path: str, root: Path | None, *, compiled: Compi
     and (in ``debug``) the statement, DuckDB's full message and the traceback.
     """
     source = _read(root, path)
-    statement: str | None = getattr(exc, _STATEMENT, None)
+    statement, given = getattr(exc, _STATEMENT, (None, None))
     if isinstance(exc, LakewrapError):
         if exc.location is not None and exc.location.snippet is None and source is not None:
             exc.location = _on_line(source, exc.location)
@@ -176,14 +176,14 @@ def located(exc: BaseException, path: str, root: Path | None, *, compiled: Compi
         return exc
     text = str(exc).strip() or type(exc).__name__
     own = next((st for st in compiled.statements if st.sql == statement), None) if compiled else None
-    role = own.role if own is not None else ("lakewrap" if statement is not None else None)
+    role = given or (own.role if own is not None else ("lakewrap" if statement is not None else None))
     debug = redact(_debug(exc, text, statement, role))
     guard = _guard(text, path, source, debug)
     if guard is not None:
         return guard
     message, hint = _split(text)
     location: Location | None = None
-    at = caret_offset(text, statement) if statement is not None and source is not None else None
+    at = caret_offset(text, statement) if statement is not None and source is not None and role in _EMBEDS else None
     if at is not None and (mapped := map_offset(statement or "", at, source or "")) is not None:
         location = _offset_location(source or "", mapped, path)
     if location is None and source is not None and (named := _COLUMN.search(message)) is not None:
@@ -225,15 +225,11 @@ def _guard(text: str, path: str, source: str | None, debug: str) -> LakewrapErro
     """A guard's or a contract's failure, on the header line that declared the rule."""
     if "lakewrap contract: " in text:
         body = text.split("lakewrap contract: ", 1)[1].split("\n", 1)[0].strip()
-        body = re.sub(r"\s*\(?nothing was written.*$", "", body).rstrip("; ")
         m = _CONTRACT_LINE.search(text)
         loc = Location(path, int(m.group("line"))) if m else _annotation(source, path, "column", None)
         if loc is not None and source is not None:
             loc = _on_line(source, loc)
-        if m is not None:  # the first problem is the location; the others keep their line numbers
-            body = body.replace(f"{m.group('path')}:{m.group('line')}: ", "", 1)
-            body = body.replace(f"{m.group('path')}:", "line ").replace(f"{m.group('path')}: ", "")
-        return LocatedError(f"contract violated: {body}; nothing was written", location=loc or Location(path),
+        return LocatedError(f"contract violated: {body}", location=loc or Location(path),
                             hint="cast the column in the SELECT, or change its `-- column` line", debug=debug)
     if "lakewrap guard: " not in text:
         return None
@@ -368,9 +364,12 @@ def _debug(exc: BaseException, text: str, statement: str | None, role: str | Non
 
 
 _STATEMENT = "lakewrap_statement"
+# the roles of statements that embed the user's SELECT (or, literal, are the user's text): only their
+# carets are mapped; a guard, test or state statement shares words with the file by coincidence only
+_EMBEDS = frozenset({"stage", "bootstrap", "write", "literal", "schema", "probe"})
 
 
-def remember(exc: BaseException, statement: str) -> None:
-    """Attach the statement that raised ``exc`` to it (read back by :func:`located`)."""
+def remember(exc: BaseException, statement: str, role: str | None = None) -> None:
+    """Attach the statement that raised ``exc`` (and its role) to it, for :func:`located`."""
     with suppress(AttributeError, TypeError):  # an exception type without a __dict__: no statement known
-        setattr(exc, _STATEMENT, statement)
+        setattr(exc, _STATEMENT, (statement, role))

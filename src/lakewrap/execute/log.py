@@ -51,7 +51,7 @@ class StatementLog:
         try:
             cursor = con.execute(statement, params) if params else con.execute(statement)
         except Exception as exc:
-            remember(exc, statement)  # the error's position is in this statement (execute/locate.py)
+            remember(exc, statement, role)  # the error's position is in this statement (execute/locate.py)
             self._write(f"-- failed after {time.perf_counter() - start:.3f}s: {str(exc).splitlines()[0]}\n")
             raise
         self._write(f"-- ok {time.perf_counter() - start:.3f}s\n")
