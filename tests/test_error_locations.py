@@ -203,8 +203,8 @@ def located(statement: str, source: str) -> tuple[int, int] | None:
 
 @pytest.mark.parametrize(("statement", "source", "where"), [
     # quoting differs (the statement quotes, the file does not)
-    ('CREATE TEMP TABLE s AS SELECT x FROM raw."order"', "-- materialized table\nSELECT x\nFROM raw.order\n",
-     (2, 8)),
+    ('CREATE TEMP TABLE s AS SELECT a, "Nope" FROM raw."order"',
+     "-- materialized table\nSELECT a,\n  nope\nFROM raw.order\n", (3, 3)),
     # the same word twice: DuckDB binds WHERE first, so the caret is on the second `nope`
     ("CREATE TEMP TABLE s AS SELECT nope AS x FROM t WHERE nope > 1",
      "-- materialized table\nSELECT\n  nope AS x\nFROM t\nWHERE nope > 1\n", (5, 7)),
