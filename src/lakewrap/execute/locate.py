@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +294,7 @@ def _annotation_value(source: str | None, path: str, keyword: str, option: str |
 def _output_column(source: str, path: str, name: str) -> Location | None:
     """Where the SELECT names its output column ``name`` (``AS name``), when it does so once."""
     toks = tokens(source)
-    found = [b for a, b in zip(toks, toks[1:], strict=False) if a.norm == "as" and b.norm == name.lower()]
+    found = [b for a, b in pairwise(toks) if a.norm == "as" and b.norm == name.lower()]
     return _offset_location(source, found[0].start, path) if len(found) == 1 else None
 
 
