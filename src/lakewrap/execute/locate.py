@@ -26,10 +26,12 @@ import traceback
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from difflib import Match
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from lakewrap.annotations.lexer import Annotation, Arg, lex_line
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.errors import ExecutionError, LakewrapError, Location
 
@@ -114,14 +116,14 @@ def caret_offset(message: str, statement: str) -> int | None:
 
 def map_offset(statement: str, offset: int, source: str) -> int | None:
     """The offset in ``source`` (the model file) of the text at ``statement[offset]``, or None."""
-    import difflib
+    from difflib import SequenceMatcher
 
     ran, mine = tokens(statement), tokens(source)
     at = next((i for i, t in enumerate(ran) if t.end > offset), None)
     if at is None or not mine:
         return None
-    blocks = [b for b in difflib.SequenceMatcher(None, [t.norm for t in ran], [t.norm for t in mine],
-                                                  autojunk=False).get_matching_blocks() if b.size]
+    matcher = SequenceMatcher(None, [t.norm for t in ran], [t.norm for t in mine], autojunk=False)
+    blocks = [b for b in matcher.get_matching_blocks() if b.size]
     core = [i for i, b in enumerate(blocks) if b.size >= _CORE] or [max(range(len(blocks)),
                                                                          key=lambda i: blocks[i].size, default=-1)]
     if core[0] < 0:
@@ -146,13 +148,13 @@ def map_offset(statement: str, offset: int, source: str) -> int | None:
     if same:  # the same word in the matching gap: the one at the same ordinal among its repeats
         nth = sum(1 for t in ran[before.a + before.size:at] if t.norm == ran[at].norm)
         return same[min(nth, len(same) - 1)].start
-    first, last = mine[before.b + before.size - 1], mine[after.b]
-    if "\n" in source[first.start:last.start]:
+    left, right = mine[before.b + before.size - 1], mine[after.b]
+    if "\n" in source[left.start:right.start]:
         return None  # a rewritten region over several lines: no line would be certain
-    return (gap[0] if gap else last).start
+    return (gap[0] if gap else right).start
 
 
-def _near(left: Any, right: Any) -> bool:
+def _near(left: Match, right: Match) -> bool:
     """Whether two aligned runs are separated by at most a few tokens on both sides."""
     return right.a - (left.a + left.size) <= _NEAR and right.b - (left.b + left.size) <= _NEAR
 
@@ -247,13 +249,12 @@ def _guard(text: str, path: str, source: str | None, debug: str) -> LakewrapErro
     return LocatedError(f"{body}; nothing was written", location=Location(path), debug=debug)
 
 
-def _annotations(source: str | None, path: str) -> list[Any]:
+def _annotations(source: str | None, path: str) -> list[Annotation]:
     if source is None:
         return []
-    from lakewrap.annotations.lexer import lex_line
     from lakewrap.parse import split_header
 
-    out = []
+    out: list[Annotation] = []
     for number, line in split_header(source)[0]:
         try:
             ann = lex_line(line, path, number)
@@ -264,7 +265,7 @@ def _annotations(source: str | None, path: str) -> list[Any]:
     return out
 
 
-def _find(source: str | None, path: str, keyword: str, option: str | None) -> tuple[Any, Any] | None:
+def _find(source: str | None, path: str, keyword: str, option: str | None) -> tuple[Annotation, Arg | None] | None:
     for ann in _annotations(source, path):
         if ann.keyword != keyword:
             continue
