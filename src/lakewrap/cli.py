@@ -242,9 +242,14 @@ def _say_error(r: Any, *, stderr: bool = False) -> None:
     statement, DuckDB's own message and the traceback."""
     located = bool((getattr(r, "error_location", None) or {}).get("line"))
     _say("error:", r.error if located else f"{r.target}: {r.error}", "bold red", stderr=stderr)
+    _say_debug(r, stderr=stderr)
+
+
+def _say_debug(r: Any, *, stderr: bool = False) -> None:
+    """With ``--debug``: the failed statement, DuckDB's own message and the traceback of ``r``'s error."""
     debug = getattr(r, "error_debug", None)
     if debug and click.get_current_context().find_root().params.get("debug"):
-        (sys.stderr if stderr else sys.stdout).write(debug + "\n")
+        _write(debug + "\n", stderr=stderr)
 
 
 def parallel_options(fn: F) -> F:
@@ -399,6 +404,7 @@ def _emit_summary(report: Any, fmt: str, line: str) -> None:
     for r in report.results:
         if r.status == "failed" and r.error:
             _say("failed:", f"{r.target} {r.partition or ''}: {r.error.splitlines()[0]}", "red")
+            _say_debug(r)
     _write(line + "\n")
     _say_resume(report)
     if not report.ok:

@@ -173,8 +173,9 @@ def located(exc: BaseException, path: str, root: Path | None, *, compiled: Compi
     source = _read(root, path)
     statement, given = getattr(exc, _STATEMENT, (None, None))
     if isinstance(exc, LakewrapError):
-        if exc.location is not None and exc.location.snippet is None and source is not None:
-            exc.location = _on_line(source, exc.location)
+        loc = exc.location
+        if loc is not None and loc.path == path and loc.snippet is None and source is not None:
+            exc.location = _on_line(source, loc)
             exc.args = (exc.render(),)
         return exc
     text = str(exc).strip() or type(exc).__name__
