@@ -33,7 +33,7 @@ from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import CommitOp, CompiledPlan, SchemaCheck
 from lakewrap.compilers.schema import Changes, SchemaChangeError
-from lakewrap.errors import ExecutionError, LakewrapError, Location, TransientExecutionError
+from lakewrap.errors import ExecutionError, Location, TransientExecutionError
 from lakewrap.execute import checks, locate
 from lakewrap.execute.executor import Result, StrictRefusal
 from lakewrap.execute.iceberg import SERIALIZABLE, IcebergLake, Pinned
@@ -99,10 +99,7 @@ class IcebergExecutor:
                     log.note(f"attempt {attempt} did not commit ({type(exc).__name__}); retrying in {delay:.3f}s: "
                              f"{str(exc).splitlines()[0] if str(exc) else ''}")
                     self.sleep(delay)
-        except LakewrapError as exc:
-            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
-            result.error_class = type(exc).__name__
-        except Exception as exc:
+        except Exception as exc:  # a LakewrapError or a DuckDB/pyiceberg error: located on the model file
             result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
             result.error_class = type(exc).__name__
         finally:

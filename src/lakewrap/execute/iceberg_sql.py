@@ -41,7 +41,7 @@ from lakewrap.compilers import iceberg_sql as isql
 from lakewrap.compilers import lake as sql
 from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, SchemaCheck
-from lakewrap.errors import ExecutionError, LakewrapError, TransientExecutionError
+from lakewrap.errors import ExecutionError, TransientExecutionError
 from lakewrap.execute import checks, extensions, locate
 from lakewrap.execute.executor import Result, emptied
 from lakewrap.execute.iceberg import TOKEN_ENV, IcebergLake
@@ -185,10 +185,7 @@ class IcebergSqlExecutor:
                     delay = self.policy.delay(attempt, self.rng)
                     log.note(f"attempt {attempt} conflicted and did not land; retrying in {delay:.3f}s")
                     self.sleep(delay)
-        except LakewrapError as exc:
-            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
-            result.error_class = type(exc).__name__
-        except Exception as exc:  # a DuckDB error
+        except Exception as exc:  # a LakewrapError or a DuckDB/pyiceberg error: located on the model file
             result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
             result.error_class = type(exc).__name__
         finally:
