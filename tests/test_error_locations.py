@@ -213,6 +213,9 @@ def located(statement: str, source: str) -> tuple[int, int] | None:
      "SELECT\n" + ",\n".join(f"  a AS c{i}" for i in range(30)) + ",\n  nope\nFROM t\n", (32, 3)),
     # `x::INT` rendered as CAST(...): the caret on the inserted CAST maps to the line as written
     ("SELECT CAST('x' AS INT) AS v FROM t WHERE a > 0", "SELECT 'x'::INT AS v\nFROM t\nWHERE a > 0\n", (1, 8)),
+    # characters of several bytes before the error (DuckDB counts bytes, Python characters)
+    ("CREATE TEMP TABLE s AS SELECT 'café' AS x, nope FROM t -- ü",
+     "-- description \"Café ü\"\nSELECT 'café' AS x,\n  'é' AS y, nope\nFROM t\n", (3, 13)),
     # the caret on lakewrap's own text around the SELECT: no line rather than a wrong one
     ("SELECT * FROM (SELECT a, b FROM t) AS s WHERE s.nokey = 1", "SELECT a, b\nFROM t\n", None),
 ])

@@ -73,6 +73,9 @@ def tokens(text: str) -> list[Token]:
         starts = [int(s) for s, _ in duckdb.tokenize(text)]
     except Exception:  # the tokenizer gave up (it should not on text DuckDB ran): no tokens, no mapping
         return []
+    if not text.isascii():  # DuckDB counts bytes of UTF-8; Python strings count characters
+        chars = [i for i, c in enumerate(text) for _ in range(len(c.encode("utf-8")))]
+        starts = [chars[b] for b in starts if b < len(chars)]
     out: list[Token] = []
     for i, start in enumerate(starts):
         stop = starts[i + 1] if i + 1 < len(starts) else len(text)
@@ -242,11 +245,16 @@ def _guard(text: str, path: str, source: str | None, debug: str) -> LakewrapErro
         if needle not in body:
             continue
         loc = _annotation(source, path, keyword, option)
-        if loc is None and keyword == "unique_key":
+        col = _annotation_value(source, path, keyword, option)
+        if loc is None and keyword == "unique_key":  # an SCD2 snapshot's key (it has no dedupe= option)
             loc = _annotation(source, path, "snapshot", "unique_key")
-        col = _annotation_value(source, path, keyword, option) or "<col>"
+            col = _annotation_value(source, path, "snapshot", "unique_key")
+            hint = hint.replace("add `dedupe=latest_by(<col>)` to the `-- unique_key` line (the row with "
+                                "the greatest <col> wins), or remove", "remove")
+        if col is None or "," in col:
+            hint = re.sub(r" \(`WHERE \{col\} IS NOT NULL`\)", "", hint)
         return LocatedError(f"{body}; nothing was written", location=loc or Location(path),
-                            hint=hint.format(col=col), debug=debug)
+                            hint=hint.format(col=col or "<col>"), debug=debug)
     return LocatedError(f"{body}; nothing was written", location=Location(path), debug=debug)
 
 
