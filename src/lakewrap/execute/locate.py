@@ -173,7 +173,7 @@ def located(exc: BaseException, path: str, root: Path | None, *, compiled: Compi
     other error becomes a :class:`LocatedError` on the model file, with DuckDB's message, a hint,
     and (in ``debug``) the statement, DuckDB's full message and the traceback.
     """
-    source = _read(root, path)
+    source = _read(root, path) if path.endswith(".sql") else None  # a seed's CSV has no SQL to point at
     statement, given = getattr(exc, _STATEMENT, (None, None))
     if isinstance(exc, LakewrapError):
         loc = exc.location
@@ -199,9 +199,11 @@ def located(exc: BaseException, path: str, root: Path | None, *, compiled: Compi
             hint = "cast the column in the SELECT to a type the table format supports"
     if location is None and own is not None and own.test is not None and source is not None:
         location = _on_line(source, Location(path, own.test.line))  # a test that could not run
-    if location is None:
+    if location is None:  # DuckDB's whole message then (but its LINE of lakewrap's statement)
+        first, *rest = _CONTEXT.sub("", text).strip().splitlines() or [message]
         if role is not None:
-            message = f"{message} (in a {role} statement lakewrap ran; `lakewrap --debug` shows it)"
+            first = f"{first} (in a {role} statement lakewrap ran; `lakewrap --debug` shows it)"
+        message = "\n".join([first, *rest])
         location = Location(path)
     return LocatedError(message, location=location, hint=hint, debug=debug)
 
