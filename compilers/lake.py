@@ -55,10 +55,26 @@ def use(alias: str) -> str:
     return q.render(exp.Use(this=exp.Table(this=q.ident(alias))))
 
 
-def set_option(name: str, value: str) -> str:
-    """``SET name = 'value'`` for a session setting (names are fixed by lakewrap)."""
-    return q.render(exp.Set(expressions=[exp.SetItem(this=exp.EQ(this=exp.column(name),
-                                                                 expression=exp.Literal.string(value)))]))
+def set_option(name: str, value: str, *, everywhere: bool = False) -> str:
+    """``SET name = 'value'`` for a session setting, ``SET GLOBAL`` when ``everywhere`` (names are fixed by lakewrap).
+
+    A global value is what every cursor of the instance starts with.
+    """
+    item = exp.SetItem(this=exp.EQ(this=exp.column(name), expression=exp.Literal.string(value)))
+    if everywhere:
+        item.set("kind", "GLOBAL")
+    return q.render(exp.Set(expressions=[item]))
+
+
+def set_list(name: str, values: list[str]) -> str:
+    """``SET name = ['a', 'b']`` (``allowed_directories``, ``allowed_paths``)."""
+    array = exp.Array(expressions=[exp.Literal.string(v) for v in values])
+    return q.render(exp.Set(expressions=[exp.SetItem(this=exp.EQ(this=exp.column(name), expression=array))]))
+
+
+def reset_option(name: str) -> str:
+    """``RESET name``: the setting's built-in default."""
+    return q.render(q.command("RESET", name))
 
 
 def state_ddl() -> list[str]:

@@ -221,12 +221,38 @@ class MaintainConfig(Frozen):
     orphan_min_age_minutes: Annotated[float, Meta(ge=0)] = 60.0
 
 
+def _folders(v: tuple[str, ...]) -> tuple[str, ...]:
+    for path in v:
+        if not path.strip():
+            raise ValueError("an allowed path must not be empty")
+        if "://" in path and not path.startswith("s3://"):
+            raise ValueError(f"`{path}`: write a local folder or s3://bucket/prefix/")
+    return v
+
+
+class SecurityConfig(Frozen):
+    """The ``[security]`` table: what the SQL users write may read besides the project and the lake."""
+
+    # folders (relative to the project, or absolute) or s3://bucket/prefix/ whose files models,
+    # tests and `lakewrap query` may read (docs/security.md)
+    allow_paths: Annotated[tuple[str, ...], Meta(check=_folders)] = ()
+
+    def directories(self, root: Path) -> list[str]:
+        """The allowed folders as DuckDB matches them: absolute, ending with ``/``."""
+        out = []
+        for path in self.allow_paths:
+            full = path if path.startswith("s3://") else str((root / path).resolve())
+            out.append(full.rstrip("/") + "/")
+        return out
+
+
 class ProjectConfig(Frozen):
     """The whole ``lakewrap.toml``."""
 
     lake: LakeConfig = field(default_factory=LakeConfig)
     run: RunConfig = field(default_factory=RunConfig)
     maintain: MaintainConfig = field(default_factory=MaintainConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
 
 def _find_line(text: str, key: str) -> int | None:
@@ -358,5 +384,5 @@ def _validate(raw: bytes) -> ProjectConfig:
         raise ConfigError(
             f"lakewrap.toml: {msg}" if unknown else f"lakewrap.toml: {'.'.join(loc)}: {msg}",
             location=Location(CONFIG_FILE, _find_line(text, key) if key else None),
-            hint="see docs/configuration.md for the keys of [lake], [run] and [maintain]",
+            hint="see docs/configuration.md for the keys of [lake], [run], [maintain] and [security]",
         ) from None

@@ -12,18 +12,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from lakewrap.compile import load_project
 from lakewrap.errors import ExecutionError, PlanError
+from lakewrap.execute import sandbox
 from lakewrap.execute import statements as sql
 from lakewrap.execute.lake import Lake
 from lakewrap.partitions import Grain, latest_complete, parse_partition, partition_range
 from lakewrap.project import require_project
 from lakewrap.spec import TimePartitioning
-
-READ_ONLY_STATEMENTS = (exp.Query, exp.Describe, exp.Show, exp.Pragma)
 
 
 @dataclass
@@ -33,17 +29,11 @@ class QueryResult:
 
 
 def check_read_only(text: str) -> None:
-    """Refuse anything but one SELECT (or DESCRIBE/SHOW) before it reaches DuckDB."""
-    try:
-        trees = [t for t in sqlglot.parse(text, read="duckdb") if t is not None]
-    except sqlglot.errors.ParseError as exc:
-        raise PlanError(f"cannot parse the query: {str(exc).splitlines()[0]}") from None
-    if len(trees) != 1:
-        raise PlanError(f"`lakewrap query` runs exactly one statement, got {len(trees)}",
-                        hint="run one SELECT at a time")
-    if not isinstance(trees[0], READ_ONLY_STATEMENTS) or isinstance(trees[0], exp.Pragma):
-        raise PlanError("`lakewrap query` is read-only: give a SELECT",
-                        hint="models change tables; write one and use `lakewrap run`")
+    """Refuse anything but one SELECT (DESCRIBE, SHOW, SUMMARIZE, FROM, VALUES ...) calling nothing
+    :mod:`lakewrap.execute.sandbox` denies, on DuckDB's parse, before it reaches the lake."""
+    sandbox.check(text, allowed=sandbox.QUERY_TYPES, what="`lakewrap query`", single=True,
+                  hint="`lakewrap query` is read-only: give a SELECT; models change tables "
+                  "(write one and use `lakewrap run`)")
 
 
 def _iceberg(root: Path) -> bool:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from lakewrap import __version__
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import ExecutionError, LakewrapError
-from lakewrap.execute import checks, locate
+from lakewrap.execute import checks, locate, sandbox
 from lakewrap.execute import statements as sql
 from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
@@ -126,6 +126,7 @@ class Executor:
                         strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
         log = StatementLog(self.log_dir, compiled, self.lake.redact)
         try:
+            sandbox.check_plan(compiled)  # the user's SQL, on DuckDB's parse (docs/security.md)
             for attempt in range(1, self.policy.attempts + 1):
                 result.attempts = attempt
                 tried = time.perf_counter()

@@ -34,6 +34,9 @@ from lakewrap.execute import statements as sql
 # Avro must load before iceberg; the -scanner wheels are the ones whose binaries load.
 ORDER = ("avro", "iceberg", "httpfs", "ducklake", "sqlite_scanner", "postgres_scanner")
 RECORD = "verified-extensions.json"
+# httpfs copies AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN into these settings when
+# it loads (DuckDB 1.5.5, measured), where `current_setting()` would read them: they are reset at once.
+ENV_COPIED_SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token")
 _CONFIG: dict[str, bool] = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 # the identities this process has seen DuckDB check (or read from the record), by path
@@ -88,8 +91,12 @@ def connect_binaries(binaries: list[tuple[str, Path | None]]) -> Any:
         if checked:  # off before any other statement; DuckDB refuses to turn it on again
             con.execute(sql.set_option("allow_unsigned_extensions", "false"))
         # DuckDB draws a progress bar on stdout for a statement running over 2 s, inside lakewrap's
-        # own output (a --format json document, a report line); a session setting
+        # own output (a --format json document, a report line); a session setting (it cannot be
+        # global), off already in every cursor of the connection (DuckDB 1.5.5, measured)
         con.execute(sql.set_option("enable_progress_bar", "false"))
+        if any(name == "httpfs" for name, _ in binaries):
+            for setting in ENV_COPIED_SETTINGS:  # credentials reach DuckDB only as a secret
+                con.execute(sql.reset_option(setting))
     except BaseException:
         con.close()
         raise

@@ -23,7 +23,7 @@ from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers import lake as sql
 from lakewrap.config import LakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, NoLake, relpath
-from lakewrap.execute import extensions
+from lakewrap.execute import extensions, sandbox
 from lakewrap.redact import redact
 
 TOKEN_ENV = "LAKEWRAP_ICEBERG_TOKEN"  # one of lakewrap.redact.SECRET_ENV
@@ -53,15 +53,18 @@ class IcebergLake:
     config: LakeConfig
     read_only: bool = False
     secrets: list[str] = field(default_factory=list)
+    allow_paths: tuple[str, ...] = ()  # [security] allow_paths, absolute (SecurityConfig.directories)
     _catalog: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> IcebergLake:
-        cfg = (config or load_config(root)).lake
+        project = config or load_config(root)
+        cfg = project.lake
         if cfg.substrate != "iceberg":
             raise ConfigError(f"substrate `{cfg.substrate}` is not Iceberg", location=Location("lakewrap.toml"))
-        return cls(root.resolve(), cfg, read_only)
+        root = root.resolve()
+        return cls(root, cfg, read_only, allow_paths=tuple(project.security.directories(root)))
 
     @property
     def alias(self) -> str:
@@ -195,9 +198,10 @@ class IcebergLake:
         needed = ("avro", "iceberg", "httpfs") if self.config.is_s3 else ("avro", "iceberg")
         con = extensions.connect(needed)
         try:
-            con.execute(sql.set_option("TimeZone", "UTC"))
+            con.execute(sql.set_option("TimeZone", "UTC", everywhere=True))
             if self.config.is_s3:
                 self._s3_secret(con)
+            sandbox.lock(con, self.sandbox())
         except Exception:
             con.close()
             raise
@@ -205,6 +209,19 @@ class IcebergLake:
 
     def close(self, con: Any) -> None:
         con.close()
+
+    def sandbox(self) -> list[str] | None:
+        """The folders DuckDB sessions of this lake may read (:func:`sandbox.lock`): the project, the
+        warehouse (a local folder, also as its ``file://`` URI, or its ``s3://`` prefix), ``[security]
+        allow_paths``. None for a REST catalog, which alone decides where its tables' files are (the
+        settings are still locked; docs/security.md)."""
+        if self.config.catalog == "rest":
+            return None
+        warehouse = self.config.warehouse_location(self.root)
+        folders = [str(self.root), self.root.as_uri(), warehouse, *self.allow_paths]
+        if warehouse.startswith("file://"):
+            folders.append(warehouse.removeprefix("file://"))
+        return folders
 
     def _s3_secret(self, con: Any) -> None:
         s3 = self.config.s3

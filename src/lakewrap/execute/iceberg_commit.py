@@ -34,7 +34,7 @@ from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import CommitOp, CompiledPlan, SchemaCheck
 from lakewrap.compilers.schema import Changes, SchemaChangeError
 from lakewrap.errors import ExecutionError, Location, TransientExecutionError
-from lakewrap.execute import checks, locate
+from lakewrap.execute import checks, locate, sandbox
 from lakewrap.execute.executor import Result, StrictRefusal
 from lakewrap.execute.iceberg import SERIALIZABLE, IcebergLake, Pinned
 from lakewrap.execute.log import StatementLog
@@ -81,6 +81,7 @@ class IcebergExecutor:
                         strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
         log = StatementLog(self.log_dir, compiled, self.lake.redact)
         try:
+            sandbox.check_plan(compiled)  # the user's SQL, on DuckDB's parse (docs/security.md)
             if drop_first:
                 log.note("--full-refresh: computed as a first run; the commit replaces every row (and the "
                          "columns) in the same transaction")

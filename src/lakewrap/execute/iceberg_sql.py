@@ -42,7 +42,7 @@ from lakewrap.compilers import lake as sql
 from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, SchemaCheck
 from lakewrap.errors import ExecutionError, TransientExecutionError
-from lakewrap.execute import checks, extensions, locate
+from lakewrap.execute import checks, extensions, locate, sandbox
 from lakewrap.execute.executor import Result, emptied
 from lakewrap.execute.iceberg import TOKEN_ENV, IcebergLake
 from lakewrap.execute.log import StatementLog
@@ -78,7 +78,7 @@ def connect(lake: IcebergLake) -> Any:
         raise ExecutionError("write_path = \"sql\" needs catalog = \"rest\"", hint="see docs/iceberg.md")
     con = extensions.connect(("avro", "iceberg", "httpfs"))
     try:
-        con.execute(sql.set_option("TimeZone", "UTC"))
+        con.execute(sql.set_option("TimeZone", "UTC", everywhere=True))
         if lake.config.is_s3:
             lake._s3_secret(con)
         token = os.environ.get(TOKEN_ENV)
@@ -98,6 +98,7 @@ def connect(lake: IcebergLake) -> Any:
             raise ExecutionError(f"cannot attach the Iceberg REST catalog: {lake.redact(str(exc)).splitlines()[0]}",
                                  hint="check [lake.rest] uri in lakewrap.toml and that the catalog is reachable") \
                 from None
+        sandbox.lock(con, None)  # data files go where the REST catalog says (docs/security.md)
     except Exception:
         con.close()
         raise
@@ -163,6 +164,7 @@ class IcebergSqlExecutor:
                         strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
         log = StatementLog(self.log_dir, compiled, self.lake.redact)
         try:
+            sandbox.check_plan(compiled)  # the user's SQL, on DuckDB's parse (docs/security.md)
             for name, data in (inputs or {}).items():
                 con.register(name, data)
             for attempt in range(1, self.policy.attempts + 1):

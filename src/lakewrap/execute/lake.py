@@ -13,7 +13,7 @@ from typing import Any
 
 from lakewrap.config import LakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, NoLake, relpath
-from lakewrap.execute import extensions
+from lakewrap.execute import extensions, sandbox
 from lakewrap.execute import statements as sql
 from lakewrap.execute.retry import RetryPolicy, retrying
 from lakewrap.redact import redact
@@ -38,6 +38,7 @@ class Lake:
     config: LakeConfig
     read_only: bool = False
     secrets: list[str] = field(default_factory=list)
+    allow_paths: tuple[str, ...] = ()  # [security] allow_paths, absolute (SecurityConfig.directories)
     _state_ready: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # Held around each statement that threads send through cursors of one shared instance: with
@@ -49,14 +50,16 @@ class Lake:
 
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> Lake:
-        cfg = (config or load_config(root)).lake
+        project = config or load_config(root)
+        cfg = project.lake
         if cfg.substrate != "ducklake":
             raise ConfigError(
                 f"substrate `{cfg.substrate}` cannot be run yet",
                 location=Location("lakewrap.toml"),
                 hint="use substrate = \"ducklake\"",
             )
-        return cls(root.resolve(), cfg, read_only)
+        root = root.resolve()
+        return cls(root, cfg, read_only, allow_paths=tuple(project.security.directories(root)))
 
     @property
     def alias(self) -> str:
@@ -150,10 +153,25 @@ class Lake:
         con.close()
 
     def _session(self, con: Any) -> None:
-        """The per-connection settings ``_open`` makes, for a cursor (which inherits neither)."""
-        con.execute(sql.set_option("TimeZone", "UTC"))
-        con.execute(sql.set_option("enable_progress_bar", "false"))  # as extensions.connect does
+        """What ``_open`` does per connection, for a cursor: it inherits the global settings
+        (``TimeZone``), and a cursor's progress bar is off by default (DuckDB 1.5.5, measured)."""
         con.execute(sql.use(self.config.alias))
+
+    def sandbox(self) -> tuple[list[str], list[str]]:
+        """(folders, files) the lake's connections may read and write (:func:`sandbox.lock`).
+
+        The project folder (models' seeds, the default catalog and data path), the data path (a
+        local folder or its ``s3://`` prefix), the catalog file and its WAL, and ``[security]
+        allow_paths``.
+        """
+        cfg = self.config
+        data = cfg.data_location(self.root)
+        folders = [str(self.root), data if cfg.is_s3 else str(Path(data).resolve()), *self.allow_paths]
+        files: list[str] = []
+        if cfg.catalog != "postgres":
+            catalog = str(cfg.catalog_path(self.root).resolve())
+            files += [catalog, catalog + ".wal"]
+        return folders, files
 
     def check_exists(self) -> None:
         """A :class:`NoLake` error when the catalog file (DuckDB or SQLite) was never created; a
@@ -177,7 +195,7 @@ class Lake:
         if cfg.is_s3:
             needed.append("httpfs")
         con = extensions.connect(tuple(needed))
-        con.execute(sql.set_option("TimeZone", "UTC"))
+        con.execute(sql.set_option("TimeZone", "UTC", everywhere=True))
         if cfg.is_s3:
             self._s3_secret(con)
         data = cfg.data_location(self.root)
@@ -211,12 +229,13 @@ class Lake:
             from lakewrap.runlog import expose
 
             expose(con, self)
-        if not self.read_only:
-            try:
+        try:
+            if not self.read_only:
                 self.ensure_state(con)
-            except Exception:
-                self.close(con)
-                raise
+            sandbox.lock(con, *self.sandbox())  # from here on no setting changes (docs/security.md)
+        except Exception:
+            self.close(con)
+            raise
         return con
 
     def attach_error(self, exc: Exception) -> ExecutionError:
