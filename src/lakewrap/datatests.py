@@ -137,6 +137,13 @@ def _test_model(con: Any, lake: Any, folder: Path, spec: ModelSpec, partition: s
                             substrate=plan.substrate, write_path="sql", window=None, idempotent=True,
                             idempotent_note="read-only", statements=statements,
                             sql_sha256=CompiledPlan.digest(statements))
+    from lakewrap.execute import sandbox
+
+    try:
+        sandbox.check_plan(compiled)  # the tests' SQL, on DuckDB's parse (docs/security.md)
+    except LakewrapError as exc:
+        out.error = lake.redact(exc.render())
+        return out
     from lakewrap.execute.log import StatementLog
 
     log = StatementLog(folder, compiled, lake.redact)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap.errors import ExecutionError, PlanError
+from lakewrap.execute import sandbox
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_commit import PREFIX, row_counts, total_records
 
@@ -194,6 +195,6 @@ def query_cursor(root: Path, text: str, as_of: str | None, fetch: Any) -> Any:
             try:
                 return fetch(cursor.execute(text))
             except Exception as exc:
-                raise ExecutionError(lake.redact(str(exc)).strip()) from None
+                raise ExecutionError(lake.redact(str(exc)).strip(), hint=sandbox.access_hint(str(exc))) from None
     finally:
         lake.close(con)

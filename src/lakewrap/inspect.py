@@ -71,7 +71,7 @@ def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
         cursor = con.execute(text)
         return QueryResult([d[0] for d in cursor.description], cursor.fetchall())
     except Exception as exc:
-        raise ExecutionError(lake.redact(str(exc)).strip()) from None
+        raise ExecutionError(lake.redact(str(exc)).strip(), hint=sandbox.access_hint(str(exc))) from None
     finally:
         lake.close(con)
 
@@ -89,7 +89,7 @@ def query_arrow(root: Path, text: str, as_of: str | None = None) -> Any:
     try:
         return con.execute(text).to_arrow_table()
     except Exception as exc:
-        raise ExecutionError(lake.redact(str(exc)).strip()) from None
+        raise ExecutionError(lake.redact(str(exc)).strip(), hint=sandbox.access_hint(str(exc))) from None
     finally:
         lake.close(con)
 

@@ -213,9 +213,9 @@ class IcebergLake:
     def sandbox(self) -> list[str] | None:
         """The folders DuckDB sessions of this lake may read (:func:`sandbox.lock`): the project, the
         warehouse (a local folder, also as its ``file://`` URI, or its ``s3://`` prefix), ``[security]
-        allow_paths``. None for a REST catalog, which alone decides where its tables' files are (the
-        settings are still locked; docs/security.md)."""
-        if self.config.catalog == "rest":
+        allow_paths``. None for a REST or Glue catalog, which alone decides where each table's files
+        are (the settings are still locked; docs/security.md)."""
+        if self.config.catalog != "sql":
             return None
         warehouse = self.config.warehouse_location(self.root)
         folders = [str(self.root), self.root.as_uri(), warehouse, *self.allow_paths]

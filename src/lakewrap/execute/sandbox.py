@@ -241,6 +241,16 @@ def _refused(what: str, construct: str, why: str, hint: str | None = None) -> Pl
 
 # --- DuckDB's sandbox ------------------------------------------------------------------------------
 
+REFUSED_ACCESS = "disabled by configuration"  # in DuckDB's error for a file outside the sandbox
+
+
+def access_hint(message: str) -> str | None:
+    """The hint for a DuckDB error ``message`` that refused a file outside the sandbox, else None."""
+    if REFUSED_ACCESS in message:
+        return "to read files of another folder, list it in [security] allow_paths in lakewrap.toml (docs/security.md)"
+    return None
+
+
 
 def lock(con: Any, directories: Iterable[str] | None, paths: Iterable[str] = ()) -> None:
     """Limit ``con``'s file access to ``directories`` and ``paths``, then lock every setting.
