@@ -130,13 +130,17 @@ def refuse_all(root: Path, statements: list[str], models: dict[str, str], state:
         path = root / "models" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        code, out, err = cli("run", "--select", rel.removesuffix(".sql").replace("/", "."), "--project", str(root),
+        code, out, err = cli("run", f"path:models/{rel}", "--project", str(root),
                              "--format", "json")
         path.unlink()
         outputs += [out, err]
-        assert code != 0, (rel, out)
-        if code == 1:  # ran, and failed without writing
-            assert [r["status"] for r in json.loads(out)["results"]] == ["failed"], (rel, out)
+        if code == 2:  # refused when the model was read (a located error)
+            assert f"models/{rel}:" in err and "Usage" not in err, (rel, err)
+        else:  # refused when it ran: failed, nothing written
+            assert code == 1, (rel, out, err)
+            (result,) = json.loads(out)["results"]
+            assert result["status"] == "failed", (rel, out)
+            assert "is refused" in result["error"] or "disabled by configuration" in result["error"], (rel, out)
     assert state() == before
     return outputs
 
