@@ -140,6 +140,8 @@ def check(text: str, *, allowed: frozenset[str], what: str, hint: str | None = N
             kind = st.type.name
             if kind not in allowed:
                 raise _refused(what, kind.replace("_", " "), "this statement type is not allowed here", hint)
+            if kind in ("CREATE", "DROP") and _is_secret(st.query):
+                raise _refused(what, f"{kind} SECRET", "a secret would redirect or break the lake's storage access")
             if kind == "SELECT":
                 _check_tree(con, st.query, what)
     for name, called in names:
@@ -187,6 +189,19 @@ def _tokens(text: str) -> list[tuple[str, bool]]:
         called = i + 1 < len(tokens) and text.startswith("(", tokens[i + 1][0])
         out.append((name.lower(), called))
     return out
+
+
+_OBJECTS = frozenset({"table", "view", "macro", "function", "schema", "type", "sequence", "index"})
+
+
+def _is_secret(statement: str) -> bool:
+    """Whether a CREATE or DROP statement makes or removes a secret (``CREATE OR REPLACE PERSISTENT SECRET``)."""
+    for name, _ in _tokens(statement):
+        if name == "secret":
+            return True
+        if name in _OBJECTS:
+            return False
+    return False
 
 
 def _check_tree(con: Any, text: str, what: str) -> None:
