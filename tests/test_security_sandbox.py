@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from lakeproject import Inspector, cli
+from lakewrap.errors import PlanError
 from lakewrap.execute import extensions, sandbox
 from lakewrap.execute.lake import Lake
 from servers import S3, Postgres, moto_s3, postgres  # noqa: F401  (fixtures)
@@ -157,6 +158,43 @@ def test_every_table_function_is_classified(tmp_path: Path) -> None:
     assert len(names) > 120
     assert not sandbox.TABLE_FUNCTIONS & sandbox.DENIED_FUNCTIONS
     assert sorted(names - sandbox.TABLE_FUNCTIONS - sandbox.DENIED_FUNCTIONS) == []
+
+
+REFUSED_SPELLINGS = [
+    "SELECT current_setting/* a comment */ ('s3_secret_access_key')",
+    "SELECT current_setting\n-- a comment\n('s3_secret_access_key')",
+    'SELECT "Current_Setting"(\'s3_secret_access_key\')',
+    "SELECT main.current_setting('s3_secret_access_key')",
+    "SELECT list_transform([1], x -> current_setting('s3_access_key_id'))",
+    "WITH s AS (FROM duckdb_settings()) FROM s",
+    "SELECT * FROM (SUMMARIZE SELECT current_setting('s3_session_token'))",
+    "SELECT * FROM t AT (VERSION => (SELECT 1 FROM duckdb_secrets()))",
+    'SELECT * FROM pg_catalog . "pg_settings"',
+    "SELECT * FROM some_new_table_function()",
+]
+ALLOWED = [
+    "SELECT 1 AS checkpoint, 'current_setting(x)' AS s",
+    "SELECT * FROM lake.snapshots()",
+    "SELECT * FROM ducklake_table_changes('lake', 'main', 't', 1, 2)",
+    "DESCRIBE marts.people", "SUMMARIZE marts.people", "SHOW TABLES", "FROM marts.people", "VALUES (1)",
+    "WITH a AS (SELECT * FROM range(3)) SELECT * FROM a, generate_series(1, 2)",
+    "SELECT * FROM read_csv('seeds/raw/people.csv')",
+]
+
+
+def test_the_check_sees_through_spellings() -> None:
+    for text in REFUSED_SPELLINGS:
+        for allowed in (sandbox.QUERY_TYPES, sandbox.MODEL_TYPES):
+            with pytest.raises(PlanError, match="is refused"):
+                sandbox.check(text, allowed=allowed, what="q")
+    for text in [f"INSERT INTO t {t}" for t in REFUSED_SPELLINGS[:5]] + [
+            "CREATE MACRO m() AS current_setting('x')", "CREATE OR REPLACE PERSISTENT SECRET s (TYPE s3)",
+            "DROP SECRET lakewrap_s3", "INSERT INTO __ducklake_metadata_lake.ducklake_snapshot VALUES (1)"]:
+        with pytest.raises(PlanError, match="is refused"):
+            sandbox.check(text, allowed=sandbox.MODEL_TYPES, what="m", catalog_tables=False)
+    for text in ALLOWED:
+        sandbox.check(text, allowed=sandbox.QUERY_TYPES, what="q")
+    sandbox.check("CREATE TABLE secret AS SELECT 1 AS checkpoint", allowed=sandbox.MODEL_TYPES, what="m")
 
 
 def test_hostile_sql_changes_nothing_on_ducklake(tmp_path: Path) -> None:
