@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 
 from sqlglot import exp
 
+from lakewrap import grammar
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import (
     STAGE,
@@ -35,7 +36,7 @@ from lakewrap.spec import (
     TimePartitioning,
     ViewStrategy,
 )
-from lakewrap.sqltext import parameters, parse_body, take_query
+from lakewrap.sqltext import parameters, parse_body, take_statement
 
 CHANGES = "__lakewrap_changes"
 DELETED = "__lakewrap_deleted"
@@ -219,12 +220,18 @@ class Compiler:
 
     def query(self, plan: Plan) -> exp.Query:
         """A fresh copy of the model's SELECT AST (parsed once per process), window bounds comparable."""
-        tree = take_query(plan.model.sql, plan.model.path)
+        statement = take_statement(plan.model.sql, plan.model.path)
+        tree = statement.tree
         if plan.binding is not None:
             tree = naive_bounds(tree)
         if self.caps.catalog is not None:
             tree = q.in_catalog(tree, self.caps.catalog)
         assert isinstance(tree, exp.Query)
+        # What runs is the user's text with the same substitutions made at token positions, checked
+        # on DuckDB's parse tree (lakewrap.grammar); the tree above is for lakewrap's own analysis.
+        where = Location(plan.model.path, statement.line)
+        q.keep_text(tree, grammar.edited_select(statement.text, bounds=plan.binding is not None,
+                                                catalog=self.caps.catalog, rel=plan.model.path, where=where))
         return tree
 
     def target(self, plan: Plan) -> exp.Table:

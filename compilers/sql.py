@@ -13,6 +13,8 @@ the caller.
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Iterable, Sequence
 
 from sqlglot import exp
@@ -21,9 +23,55 @@ from sqlglot.dialects.duckdb import DuckDB
 _DIALECT = DuckDB()
 
 
+# A model's SELECT is rendered as the user wrote it: its tree carries its text (keep_text) and
+# render() puts that text where the tree would have been generated. The stand-in's name carries a
+# per-process nonce, so no identifier a user writes can collide with it.
+_TEXT = "lakewrap_text"
+_STAND_IN = f"__lakewrap_sql_{secrets.token_hex(6)}_"
+_STAND_IN_RE = re.compile(re.escape(_STAND_IN) + r"(\d+)")
+
+
+def keep_text(tree: exp.Expr, text: str) -> None:
+    """Render ``tree`` (a model's SELECT) as ``text`` wherever it appears in a statement."""
+    tree.meta[_TEXT] = text
+
+
+def _kept(node: exp.Expr) -> list[exp.Expr]:
+    """The subtrees of ``node`` that carry their text (not descending into them)."""
+    out: list[exp.Expr] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        meta = n._meta  # the attribute, not the property: reading ``meta`` allocates a dict
+        if meta and _TEXT in meta:
+            out.append(n)
+        else:
+            stack.extend(n.iter_expressions())
+    return out
+
+
 def render(node: exp.Expr) -> str:
-    """The single rendering of a statement: what is printed, logged, executed and golden."""
-    return _DIALECT.generate(node, copy=False, pretty=True)  # trees are built fresh per statement
+    """The single rendering of a statement: what is printed, logged, executed and golden.
+
+    A model's SELECT inside it is its text as written, with lakewrap's substitutions
+    (``lakewrap.grammar.edited_select``), never sqlglot's re-rendering.
+    """
+    kept = _kept(node)
+    if not kept:
+        return _DIALECT.generate(node, copy=False, pretty=True)  # trees are built fresh per statement
+    if kept[0] is node:
+        return str(node.meta[_TEXT])
+    swaps: list[tuple[exp.Expr, exp.Expr]] = []
+    try:
+        for i, sub in enumerate(kept):
+            stand_in = exp.column(f"{_STAND_IN}{i}")
+            sub.replace(stand_in)
+            swaps.append((stand_in, sub))
+        text = _DIALECT.generate(node, copy=False, pretty=True)
+    finally:
+        for placed, original in swaps:
+            placed.replace(original)
+    return _STAND_IN_RE.sub(lambda m: str(kept[int(m.group(1))].meta[_TEXT]), text)
 
 
 def command(keyword: str, *parts: exp.Expr | str) -> exp.Command:

@@ -11,7 +11,9 @@ forked worker processes, one per available core (Linux only; ``LAKEWRAP_JOBS=1``
 keeps it in one process). Results are merged back in file order and any model that failed in a
 worker is redone in this process, so output and errors are the same as a serial compile.
 
-Never imports duckdb, pyarrow or pyiceberg.
+Imports duckdb only for its parser (:mod:`lakewrap.grammar`, an in-memory connection that opens no
+lake and loads no extension), and only when a model file is parsed or a plan compiled afresh; never
+pyarrow or pyiceberg.
 """
 
 from __future__ import annotations
@@ -443,7 +445,14 @@ def compile_plan(plan: Plan, cache: _Cache | None = None) -> CompiledPlan:
             return _from_template(cached, plan)
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # a damaged entry: compile afresh and replace it
-    compiled = _compiler(plan.substrate).compile(plan)
+    try:
+        compiled = _compiler(plan.substrate).compile(plan)
+    except RecursionError:
+        from lakewrap.errors import Location, SqlError
+
+        raise SqlError("the SQL is nested too deeply to compile",
+                       location=Location(plan.model.path, plan.model.body_line),
+                       hint="flatten the expression: fewer nested parentheses, subqueries or CASEs") from None
     if entry is not None and cache is not None and cache.path is not None:
         entry.add(key, _template(compiled))
         cache.dirty = True

@@ -1,7 +1,8 @@
 """Model file → :class:`~lakewrap.spec.ModelSpec`.
 
 The header (the leading run of ``--`` lines) is read by the annotation lexer and the keyword
-registry; the body is parsed by sqlglot. Nothing here touches a database.
+registry; the body is checked by DuckDB's own parser (:mod:`lakewrap.grammar`, an in-memory
+connection that opens no lake) and analysed with sqlglot.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ from pathlib import Path
 from pydantic import ValidationError
 from sqlglot import exp
 
+from lakewrap import grammar
 from lakewrap.annotations.header import Header
 from lakewrap.annotations.lexer import Arg, lex_line
 from lakewrap.annotations.registry import Registry, default_registry
 from lakewrap.errors import AnnotationError, LakewrapError, Location, ModelError, SqlError, choices_hint, suggest
 from lakewrap.frozen import plain
 from lakewrap.spec import ModelSpec, TableRef
+from lakewrap.sqlpos import offset_location
 from lakewrap.sqltext import (
     Statement,
     node_location,
-    offset_location,
     parameter_location,
     parameter_uses,
     parameters,
@@ -117,25 +119,28 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
     header_chars = sum(len(line) for line in text.splitlines(keepends=True)[: body_line - 1])
     body_text = "\n" * (body_line - 1) + text[header_chars:]
     _reject_stray_annotations(lines, body_line, rel, reg)
-    statements = parse_body(body_text, rel)
     try:
         fields = header.resolve(Location(rel, body_line))
     except (ValidationError, ValueError) as exc:  # pragma: no cover - handlers validate first
         raise ModelError(str(exc), location=Location(rel)) from None
+    wrapped = fields["materialized"] is not None
+    grammar.check_limits(body_text, rel)
+    # DuckDB's parser is the judge: its errors come first; sqlglot then reads what DuckDB accepts.
+    spans = grammar.check_body(body_text, rel, literal=not wrapped)
+    statements = parse_body(body_text, rel)
+    _same_statements(statements, spans, rel, body_text)
     if not statements:
         raise SqlError(
             "the model has no SQL statement",
             location=Location(rel, body_line),
             hint="write one SELECT after the header" if fields["materialized"] else "write the statements to run",
         )
-    wrapped = fields["materialized"] is not None
     if wrapped:
         query = _single_query(statements, rel, body_text)
         output = output_columns(query, rel, body_text, statements[0])
         upstreams = table_refs(query)
     else:
         output = None
-        _check_literal(statements, rel, body_text)
         refs: dict[str, TableRef] = {}
         written: dict[str, TableRef] = {}
         for st in statements:
@@ -282,11 +287,13 @@ def _projections(query: exp.Expr) -> list[exp.Expr]:
 
 
 def _is_star(proj: exp.Expr) -> bool:
-    """``*``, ``t.*``, ``* EXCLUDE (...)``, ``COLUMNS(...)``: columns not known from the text alone."""
+    """``*``, ``t.*``, ``* EXCLUDE (...)``, ``COLUMNS(...)`` (also inside an expression, as in
+    ``max(COLUMNS(*))``, which DuckDB expands to one column per match): columns not known from the
+    text alone."""
     return (
         isinstance(proj, (exp.Star, exp.Columns))
         or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star))
-        or (isinstance(proj, exp.Alias) and isinstance(proj.this, exp.Columns))
+        or proj.find(exp.Columns) is not None
     )
 
 
@@ -346,22 +353,16 @@ def table_refs(tree: exp.Expr) -> tuple[TableRef, ...]:
     return tuple(refs.values())
 
 
-_NOT_IN_LITERALS = (exp.Transaction, exp.Commit, exp.Rollback, exp.Attach, exp.Detach, exp.Use)
-
-
-def _check_literal(statements: tuple[Statement, ...], rel: str, body: str) -> None:
-    """A literal model runs inside lakewrap's transaction on the lake: no transaction control,
-    ATTACH/DETACH or USE, which would break the one-transaction guarantee."""
-    for st in statements:
-        tree = st.tree
-        keyword = tree.name.upper() if isinstance(tree, exp.Command) else ""
-        if isinstance(tree, _NOT_IN_LITERALS) or keyword in ("BEGIN", "COMMIT", "ROLLBACK", "ABORT", "CHECKPOINT",
-                                                              "ATTACH", "DETACH", "USE", "END"):
-            kind = keyword or type(tree).__name__.upper()
+def _same_statements(statements: tuple[Statement, ...], spans: list[grammar.Span], rel: str, body: str) -> None:
+    """What runs is each statement's text: sqlglot must have read the very statements DuckDB did."""
+    for i, span in enumerate(spans):
+        st = statements[i] if i < len(statements) else None
+        if st is None or st.start != span.start or st.text.strip() != body[span.start:span.end]:
             raise SqlError(
-                f"a literal model cannot run {kind}: lakewrap runs the statements in one transaction on the lake",
-                location=node_location(st.tree, st, body, rel),
-                hint="remove the statement; lakewrap sends BEGIN and COMMIT itself",
+                "lakewrap's SQL analyser (sqlglot) reads this statement differently from DuckDB",
+                location=offset_location(body, span.start if st is None else min(st.start, span.start), rel),
+                hint="rewrite the construct near here more plainly (a comment, quote or string spelling "
+                "DuckDB and sqlglot tokenize differently); please report it",
             )
 
 

@@ -15,6 +15,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]
 
 from lakewrap.errors import Location, SqlError
+from lakewrap.sqlpos import OPENERS, line_text, offset_location
 
 DIALECT = "duckdb"
 
@@ -37,18 +38,6 @@ class Statement:
 _CACHE: dict[str, tuple[Statement, ...]] = {}
 
 
-def _line_text(sql: str, line: int) -> str:
-    lines = sql.splitlines()
-    return lines[line - 1] if 0 < line <= len(lines) else ""
-
-
-def offset_location(sql: str, offset: int, path: str) -> Location:
-    """The :class:`Location` (1-based line and column, with the line's text) of ``sql[offset]``."""
-    line = sql.count("\n", 0, offset) + 1
-    column = offset - (sql.rfind("\n", 0, offset) + 1) + 1
-    return Location(path, line, column, _line_text(sql, line) or None)
-
-
 def node_location(node: exp.Expr, statement: Statement, sql: str, path: str) -> Location:
     """Where ``node`` (part of ``statement``'s AST) starts in ``sql``, from the tokens' positions.
 
@@ -58,19 +47,11 @@ def node_location(node: exp.Expr, statement: Statement, sql: str, path: str) -> 
     """
     starts = [n.meta["start"] for n in node.walk() if isinstance(n.meta.get("start"), int)]
     if not starts:
-        return Location(path, statement.line, None, _line_text(sql, statement.line) or None)
+        return Location(path, statement.line, None, line_text(sql, statement.line) or None)
     offset = statement.meta_origin + min(starts)
     while offset > statement.start and not sql[offset - 1].isspace() and sql[offset - 1] not in ",;":
         offset -= 1
     return offset_location(sql, offset, path)
-
-
-_OPENERS = (
-    ("'", "an unterminated string literal", "close it with `'` (write `''` for a quote inside it)"),
-    ('"', "an unterminated quoted name", 'close it with `"`'),
-    ("/*", "an unterminated block comment", "close it with `*/`"),
-    ("$", "an unterminated dollar-quoted string", "close it with the same `$tag$` it opened with"),
-)
 
 
 def _unterminated(sql: str, offset: int) -> tuple[int, str, str] | None:
@@ -87,7 +68,7 @@ def _unterminated(sql: str, offset: int) -> tuple[int, str, str] | None:
             i = sql.find("*/", i + 2) + 2
         else:
             break
-    for opener, what, hint in _OPENERS:
+    for opener, what, hint in OPENERS:
         if sql.startswith(opener, i):
             return i, what, hint
     return None
@@ -152,12 +133,25 @@ def _with_comments(tok: Token, comments: list[str]) -> Token:
 def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
     """Parse ``sql`` (whole-file text with the header blanked) into statements.
 
-    Statement texts are cut from the original text at the tokenizer's semicolons, so a literal
-    model runs exactly what was written.
+    Statement texts are cut from the original text at DuckDB's semicolons, so a literal model runs
+    exactly what was written, split as DuckDB splits it.
+
+    Raises:
+        SqlError: located, for SQL sqlglot cannot read, or nested too deeply for it.
     """
     cached = _CACHE.get(sql)
     if cached is not None:
         return cached
+    try:
+        return _parse_body(sql, path)
+    except RecursionError:
+        first = len(sql) - len(sql.lstrip())
+        raise SqlError("the SQL is nested too deeply to analyse", location=offset_location(sql, first, path),
+                       hint="flatten the expression: fewer nested operators, parentheses or subqueries "
+                       "(move parts into CTEs)") from None
+
+
+def _parse_body(sql: str, path: str) -> tuple[Statement, ...]:
     tokenizer = sqlglot.Dialect.get_or_raise(DIALECT).tokenizer()
     try:
         tokens = tokenizer.tokenize(sql)
@@ -201,7 +195,7 @@ def _parse_error(sql: str, path: str, exc: ParseError, start: int) -> SqlError:
         head = start - first if rel_line == 1 else 0
         line = sql.count("\n", 0, start) + rel_line
         col = head + rel_col - (len(highlight) - 1 if "\n" not in highlight and highlight else 0)
-        location = Location(path, line, max(col, 1), _line_text(sql, line) or None)
+        location = Location(path, line, max(col, 1), line_text(sql, line) or None)
     return SqlError(
         f"cannot parse the SQL: {_parse_message(description, highlight)}",
         location=location,
@@ -211,20 +205,23 @@ def _parse_error(sql: str, path: str, exc: ParseError, start: int) -> SqlError:
 
 
 def _split(tokens: list[Token], sql: str) -> list[list[Token]]:
+    """The tokens of each statement, cut where DuckDB's tokenizer sees a semicolon (not sqlglot's)."""
     if ";" not in sql:  # one statement (the usual model): no token to look for
         return [tokens] if tokens else []
-    chunks: list[list[Token]] = []
-    current: list[Token] = []
+    from bisect import bisect_right
+
+    from lakewrap.grammar import spans
+
+    cuts = spans(sql)
+    starts = [c.start for c in cuts]
+    chunks: list[list[Token]] = [[] for _ in cuts]
     for tok in tokens:
-        if tok.token_type == TokenType.SEMICOLON:
-            if current:
-                chunks.append(current)
-            current = []
-        else:
-            current.append(tok)
-    if current:
-        chunks.append(current)
-    return chunks
+        if tok.token_type == TokenType.SEMICOLON and sql.startswith(";", tok.start):
+            continue
+        i = max(bisect_right(starts, tok.start) - 1, 0)
+        if chunks:
+            chunks[i].append(tok)
+    return [c for c in chunks if c]
 
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -283,7 +280,12 @@ def take_query(sql: str, path: str) -> exp.Expr:
     a parsed model, a copy costs more than parsing the text again, and a compile needs the tree
     once. A later call parses afresh.
     """
+    return take_statement(sql, path).tree
+
+
+def take_statement(sql: str, path: str) -> Statement:
+    """:func:`take_query`, with the statement's text and positions."""
     cached = _CACHE.pop(sql, None)
     statements = cached if cached is not None else parse_body(sql, path)
     _CACHE.pop(sql, None)
-    return statements[0].tree
+    return statements[0]

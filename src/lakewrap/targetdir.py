@@ -13,7 +13,7 @@ from lakewrap import __version__
 
 @functools.cache
 def code_key() -> str:
-    """lakewrap's version plus the size and mtime of its own and sqlglot's source files.
+    """lakewrap's version plus the size and mtime of its own source files, sqlglot's and duckdb's.
 
     An installed release never changes these; an editable checkout does whenever a compiler is
     edited, and no cache may outlive that edit.
@@ -22,7 +22,7 @@ def code_key() -> str:
 
     h = hashlib.sha256(__version__.encode())
     dirs: list[str] = [os.path.dirname(os.path.abspath(__file__))]
-    for name in ("lakewrap.compilers", "sqlglot"):
+    for name in ("lakewrap.compilers", "sqlglot", "duckdb"):  # duckdb: its parser judges model SQL
         try:
             spec = find_spec(name)
         except (ImportError, ValueError):  # pragma: no cover - broken installs
@@ -32,6 +32,8 @@ def code_key() -> str:
     for top in dict.fromkeys(dirs):
         if os.path.basename(top) == "sqlglot":
             names = [os.path.join(top, "_version.py")]  # one file tells the installed version
+        elif os.path.basename(top) == "duckdb":
+            names = [os.path.join(top, "__init__.py")]  # rewritten by every install
         else:
             names = sorted(
                 os.path.join(d, f) for d, _, files in os.walk(top) for f in files if f.endswith(".py")
