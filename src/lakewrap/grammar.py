@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,22 +87,33 @@ class Span:
 
 _con: tuple[int, Any] | None = None
 _inherited: list[Any] = []
+_local = threading.local()
 
 
 def _connection() -> Any:
-    """An in-memory DuckDB connection of this process, one thread (parsing needs no more).
+    """This thread's cursor on an in-memory DuckDB database of this process, one DuckDB thread
+    (parsing needs no more). A run compiles in its worker threads: a connection is not to be
+    shared between threads, so each gets its own cursor.
 
-    A forked compile worker opens its own, and keeps the one it inherited referenced: destroying a
-    database whose scheduler threads did not survive the fork would wait for them forever.
+    A forked compile worker opens its own database, and keeps the one it inherited referenced:
+    destroying a database whose scheduler threads did not survive the fork would wait for them
+    forever.
     """
     global _con
-    if _con is None or _con[0] != os.getpid():
+    pid = os.getpid()
+    if _con is None or _con[0] != pid:
         import duckdb
 
         if _con is not None:
             _inherited.append(_con[1])
-        _con = (os.getpid(), duckdb.connect(":memory:", config={"threads": 1}))
-    return _con[1]
+        _con = (pid, duckdb.connect(":memory:", config={"threads": 1}))
+    cursor = getattr(_local, "cursor", None)
+    if cursor is None or cursor[0] is not _con[1]:
+        if cursor is not None:
+            _inherited.append(cursor)
+        cursor = (_con[1], _con[1].cursor())
+        _local.cursor = cursor
+    return cursor[1]
 
 
 def _tokens(text: str) -> list[tuple[int, str]]:
