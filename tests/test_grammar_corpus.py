@@ -108,7 +108,7 @@ def _materialize_and_compare(root: Path, con: Any, named: dict[str, str]) -> Non
         assert select == bodies[name]  # the text as written
         assert _tree_of(select) == trees[name], name
 
-    report = lakewrap.Project(root).run()
+    report = lakewrap.Project(root).run(workers=2)  # independent models: two at a time
     failed = [(r.model, r.error) for r in report.results if r.status != "success"]
     assert failed == []
     con = Lake.open(root, read_only=True).connect()
