@@ -136,8 +136,10 @@ def refuse_all(root: Path, statements: list[str], models: dict[str, str], state:
                              "--format", "json")
         path.unlink()
         outputs += [out, err]
-        if code == 2:  # refused when the model was read (a located error)
-            assert f"models/{rel}:" in err and "Usage" not in err, (rel, err)
+        doc = json.loads(out) if code == 1 and out.strip() else {}
+        if code == 2 or "results" not in doc:  # refused when the model was read (a located error)
+            assert code in (1, 2) and f"models/{rel}:" in err and "Usage" not in err, (rel, err)
+            assert code == 2 or doc.get("path") == f"models/{rel}", (rel, out)
         else:  # refused when it ran: failed, nothing written
             assert code == 1, (rel, out, err)
             (result,) = json.loads(out)["results"]
