@@ -18,7 +18,8 @@ from lakewrap.spec import ModelSpec
 
 
 def require_project(root: Path) -> Path:
-    """``root`` resolved, when it is a lakewrap project: a folder holding ``models/`` or ``lakewrap.toml``.
+    """``root`` resolved, when it is a lakewrap project: a folder holding ``models/``, ``lakewrap.toml``
+    or the ``.lakewrap/`` lake that ``lakewrap.materialize(lake=folder)`` creates in a folder of its own.
 
     Commands that only read call this first, so a wrong ``--project`` creates nothing (no
     ``.lakewrap/``, no ``target/``) and is named with what is missing (:class:`NotAProject`, exit 2).
@@ -28,8 +29,9 @@ def require_project(root: Path) -> Path:
                           hint="pass --project DIR of a lakewrap project (a folder holding models/)")
     if not root.is_dir():
         raise NotAProject(f"`{root}` is not a folder", hint="pass --project DIR of a lakewrap project")
-    if not (root / "models").is_dir() and not (root / "lakewrap.toml").is_file():
-        raise NotAProject(f"`{root}` is not a lakewrap project: it has neither a models/ folder nor a lakewrap.toml",
+    if not any(marker.exists() for marker in (root / "models", root / "lakewrap.toml", root / ".lakewrap")):
+        raise NotAProject(f"`{root}` is not a lakewrap project: it has neither a models/ folder nor a lakewrap.toml"
+                          " (nor the .lakewrap/ lake of lakewrap.materialize)",
                           hint="run lakewrap in the project folder, or pass --project DIR")
     return root.resolve()
 
