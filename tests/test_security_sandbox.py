@@ -299,3 +299,32 @@ def test_credentials_never_reach_sql_on_postgres_and_s3(tmp_path: Path, postgres
     stored = [p.read_bytes().decode(errors="replace") for p in root.rglob("*") if p.is_file()]
     for name, value in canaries.items():
         assert not [o for o in outputs + stored if value in o], name
+
+
+def test_a_rest_catalog_lake_reads_no_file_from_sql(tmp_path: Path) -> None:
+    """A REST catalog decides where each table's files are, so its DuckDB sessions get no file
+    sandbox: there, queries, models and data tests may not call a file-reading function at all."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from icehouse_sql import rest_toml
+    from rest_adapter import serve
+
+    server = tmp_path / "rest-server"
+    server.mkdir()
+    backing = SqlCatalog("rest", uri=f"sqlite:///{server / 'rest.db'}", warehouse=(server / "wh").as_uri())
+    outside = tmp_path / "outside.csv"
+    outside.write_text("secret_column\nnot the lake's\n")
+    with serve(backing) as uri:
+        root = write_project(tmp_path / "project", rest_toml(uri))
+        ok(root, "seed")
+        ok(root, "run")  # a model over a table still runs
+        for query in (f"SELECT * FROM read_csv('{outside}')", f"SELECT * FROM '{outside}'",
+                      f"SELECT count(*) FROM glob('{tmp_path}/*')", f"FROM read_text('{outside}')"):
+            code, out, err = cli("query", query, "--project", str(root))
+            assert code != 0 and "not the lake's" not in out + err, (query, out + err)
+        (root / "models" / "marts" / "leak.sql").write_text(
+            f"-- materialized table\nSELECT * FROM read_csv('{outside}')\n")
+        code, out, err = cli("run", "marts.leak", "--project", str(root))
+        assert code == 1 and "read_csv()` is refused" in out + err and "not the lake's" not in out + err, out + err
+        code, out, _ = cli("query", "SELECT count(*) AS n FROM marts.people", "--format", "json", "--project", str(root))
+        assert code == 0 and json.loads(out) == [{"n": 2}]

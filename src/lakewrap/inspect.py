@@ -28,10 +28,11 @@ class QueryResult:
     rows: list[tuple[Any, ...]]
 
 
-def check_read_only(text: str) -> None:
+def check_read_only(text: str, *, files: bool = True) -> None:
     """Refuse anything but one SELECT (DESCRIBE, SHOW, SUMMARIZE, FROM, VALUES ...) calling nothing
-    :mod:`lakewrap.execute.sandbox` denies, on DuckDB's parse, before it reaches the lake."""
-    sandbox.check(text, allowed=sandbox.QUERY_TYPES, what="`lakewrap query`", single=True,
+    :mod:`lakewrap.execute.sandbox` denies, on DuckDB's parse, before it reaches the lake.
+    ``files=False``: the lake's connections have no file sandbox, so no file-reading function either."""
+    sandbox.check(text, allowed=sandbox.QUERY_TYPES, what="`lakewrap query`", single=True, files=files,
                   hint="`lakewrap query` is read-only: give a SELECT; models change tables "
                   "(write one and use `lakewrap run`)")
 
@@ -40,6 +41,18 @@ def _iceberg(root: Path) -> bool:
     from lakewrap.config import load_config
 
     return load_config(root.resolve()).lake.substrate == "iceberg"
+
+
+def _check_query(root: Path, text: str, as_of: str | None) -> bool:
+    """The statement check of a query on this project's lake; whether the lake is Iceberg."""
+    iceberg = _check_as_of(root, as_of)
+    files = True
+    if iceberg:  # a rest or glue catalog: no file sandbox on its connections (docs/security.md)
+        from lakewrap.execute.iceberg import IcebergLake
+
+        files = IcebergLake.open(root.resolve(), read_only=True).sandbox() is not None
+    check_read_only(text, files=files)
+    return iceberg
 
 
 def _check_as_of(root: Path, as_of: str | None) -> bool:
@@ -58,8 +71,7 @@ def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
     or snapshot committed.
     """
     root = require_project(root)
-    check_read_only(text)
-    if _check_as_of(root, as_of):
+    if _check_query(root, text, as_of):
         from lakewrap.iceberg_state import query_cursor
 
         result: QueryResult = query_cursor(root, text, as_of,
@@ -79,8 +91,7 @@ def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
 def query_arrow(root: Path, text: str, as_of: str | None = None) -> Any:
     """The same as :func:`query`, as a pyarrow Table."""
     root = require_project(root)
-    check_read_only(text)
-    if _check_as_of(root, as_of):
+    if _check_query(root, text, as_of):
         from lakewrap.iceberg_state import query_cursor
 
         return query_cursor(root, text, as_of, lambda c: c.to_arrow_table())

@@ -81,7 +81,8 @@ class IcebergExecutor:
                         strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
         log = StatementLog(self.log_dir, compiled, self.lake.redact)
         try:
-            sandbox.check_plan(compiled)  # the user's SQL, on DuckDB's parse (docs/security.md)
+            # the user's SQL, on DuckDB's parse (docs/security.md)
+            sandbox.check_plan(compiled, files=self.lake.sandbox() is not None)
             if drop_first:
                 log.note("--full-refresh: computed as a first run; the commit replaces every row (and the "
                          "columns) in the same transaction")

@@ -164,7 +164,8 @@ class IcebergSqlExecutor:
                         strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
         log = StatementLog(self.log_dir, compiled, self.lake.redact)
         try:
-            sandbox.check_plan(compiled)  # the user's SQL, on DuckDB's parse (docs/security.md)
+            # the user's SQL, on DuckDB's parse; no file reads: the REST catalog decides where files are
+            sandbox.check_plan(compiled, files=False)
             for name, data in (inputs or {}).items():
                 con.register(name, data)
             for attempt in range(1, self.policy.attempts + 1):

@@ -61,6 +61,14 @@ TABLE_FUNCTIONS = frozenset({
     "table_changes", "table_deletions", "table_info", "table_insertions",
 })
 
+# The table functions of TABLE_FUNCTIONS that read a file or folder by its path. Where DuckDB's file
+# sandbox cannot be set (an Iceberg ``rest`` or ``glue`` catalog decides where each table's files are),
+# user SQL may not call them at all (``check(..., files=False)``).
+FILE_READERS = frozenset({
+    name for name in TABLE_FUNCTIONS
+    if name.startswith(("read_", "parquet_", "iceberg_")) or name in ("glob", "sniff_csv")
+})
+
 # Functions (table or scalar, by name, any schema) that no statement a user wrote may call.
 DENIED_FUNCTIONS = frozenset({
     # settings, secrets, environment, logs (which may hold statements), attached paths (a DSN)
@@ -95,7 +103,7 @@ MODEL_TYPES = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP
 
 _lock = threading.Lock()
 _checker: Any = None
-_checked: set[str] = set()  # the sql_sha256 of plans this process checked
+_checked: set[str] = set()  # "<sql_sha256>:<files>" of the plans this process checked
 
 
 def _connection() -> Any:
@@ -111,13 +119,14 @@ def _connection() -> Any:
 
 
 def check(text: str, *, allowed: frozenset[str], what: str, hint: str | None = None,
-          catalog_tables: bool = True, single: bool = False) -> None:
+          catalog_tables: bool = True, single: bool = False, files: bool = True) -> None:
     """Refuse ``text`` unless each statement is of an ``allowed`` type and calls nothing denied.
 
     ``what`` names the SQL in the error (``"the query"``, ``"models/x.sql"``); ``hint`` is the
     error's hint for a refused statement type. ``catalog_tables=False`` also refuses the tables
     of the lake's catalog database (``__ducklake_metadata_<alias>``), which only DuckLake writes.
-    ``single``: exactly one statement.
+    ``single``: exactly one statement. ``files=False`` (a connection DuckDB's file sandbox does not
+    cover) also refuses the table functions that read files by path (:data:`FILE_READERS`).
 
     Raises:
         PlanError: the statement type or the function or table it names, and why.
@@ -144,26 +153,36 @@ def check(text: str, *, allowed: frozenset[str], what: str, hint: str | None = N
                 raise _refused(what, f"{kind} SECRET", "a secret would redirect or break the lake's storage access")
             if kind == "SELECT":
                 _check_tree(con, st.query, what)
+    if not files and _file_scan(text):
+        raise _refused(what, "FROM '<file>'", "this lake's catalog decides where files are, so DuckDB's file "
+                       "sandbox cannot be set and no file is read from SQL (an Iceberg rest or glue catalog)",
+                       "load files as seeds, or see docs/security.md")
     for name, called in names:
         if not catalog_tables and name.startswith("__ducklake_metadata"):
             raise _refused(what, name, "the lake's catalog is written by DuckLake only")
         if called and name in DENIED_FUNCTIONS:
             raise _refused(what, f"{name}()", _why(name))
+        if called and not files and name in FILE_READERS:
+            raise _refused(what, f"{name}()", "this lake's catalog decides where files are, so DuckDB's file "
+                           "sandbox cannot be set and no file is read from SQL (an Iceberg rest or glue catalog)",
+                           "load files as seeds, or see docs/security.md")
         if not called and name in DENIED_RELATIONS:
             raise _refused(what, name, _why(name))
 
 
-def check_plan(compiled: CompiledPlan) -> None:
+def check_plan(compiled: CompiledPlan, *, files: bool = True) -> None:
     """Check every statement of a model's plan (once per plan and process) before any runs.
 
     The plan's statements hold the user's SQL; lakewrap's own statements around it (the fence,
     state rows, the commit message) are run by the executor, not kept in the plan.
     """
-    if compiled.sql_sha256 in _checked:
+    files = files or compiled.strategy == "seed"  # lakewrap's own read of a checked seed file (seedfiles.py)
+    key = f"{compiled.sql_sha256}:{files}"
+    if key in _checked:
         return
     for st in compiled.statements:
-        check(st.sql, allowed=MODEL_TYPES, what=compiled.path, catalog_tables=False)
-    _checked.add(compiled.sql_sha256)
+        check(st.sql, allowed=MODEL_TYPES, what=compiled.path, catalog_tables=False, files=files)
+    _checked.add(key)
 
 
 _NAME = re.compile(r'"(?:[^"]|"")*"|[\w$]+')
@@ -189,6 +208,23 @@ def _tokens(text: str) -> list[tuple[str, bool]]:
         called = i + 1 < len(tokens) and text.startswith("(", tokens[i + 1][0])
         out.append((name.lower(), called))
     return out
+
+
+_PATHLIKE = re.compile(r"[/\\:]|\.(csv|tsv|txt|json|jsonl|ndjson|parquet|avro|xlsx|duckdb|db|gz|zst)$", re.I)
+
+
+def _file_scan(text: str) -> bool:
+    """Whether ``text`` reads a file by naming it as a table: ``FROM 'x.csv'``, ``JOIN 'dir/*.parquet'``
+    (a string after FROM or JOIN, DuckDB's replacement scan), or a table name that is a path."""
+    import duckdb
+
+    tokens = duckdb.tokenize(text)
+    for (start, kind), (nxt, nkind) in zip(tokens, tokens[1:]):
+        if (kind == duckdb.token_type.keyword and nkind == duckdb.token_type.string_const
+                and text[start:nxt].strip().lower() in ("from", "join")):
+            return True
+    names = [n for n, _ in _tokens(text)]
+    return any(_PATHLIKE.search(n) for n in names)
 
 
 _OBJECTS = frozenset({"table", "view", "macro", "function", "schema", "type", "sequence", "index"})
