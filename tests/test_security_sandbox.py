@@ -326,5 +326,4 @@ def test_a_rest_catalog_lake_reads_no_file_from_sql(tmp_path: Path) -> None:
             f"-- materialized table\nSELECT * FROM read_csv('{outside}')\n")
         code, out, err = cli("run", "marts.leak", "--project", str(root))
         assert code == 1 and "read_csv()` is refused" in out + err and "not the lake's" not in out + err, out + err
-        code, out, _ = cli("query", "SELECT count(*) AS n FROM marts.people", "--format", "json", "--project", str(root))
-        assert code == 0 and json.loads(out) == [{"n": 2}]
+        assert json.loads(ok(root, "query", "SELECT count(*) AS n FROM marts.people", "--format", "json")) == [{"n": 2}]

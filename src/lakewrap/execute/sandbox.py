@@ -23,6 +23,7 @@ so text holding the keyword PRAGMA is refused before it is split.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -219,7 +220,7 @@ def _file_scan(text: str) -> bool:
     import duckdb
 
     tokens = duckdb.tokenize(text)
-    for (start, kind), (nxt, nkind) in zip(tokens, tokens[1:]):
+    for (start, kind), (nxt, nkind) in itertools.pairwise(tokens):
         if (kind == duckdb.token_type.keyword and nkind == duckdb.token_type.string_const
                 and text[start:nxt].strip().lower() in ("from", "join")):
             return True
