@@ -212,8 +212,9 @@ def test_reproduce_mismatch_when_a_pin_is_rewritten(history: History, inspector:
 def test_reproduce_mismatch_when_the_recorded_sql_is_tampered(history: History) -> None:
     root = history.house.root
     run_id = history.runs[2][0]
-    history.house.sql("UPDATE lakewrap.compiled_sql SET statements = replace(statements, 'SUM(amount)', "
-                      "'SUM(amount) + 1') WHERE sql_sha256 IN "
+    # the recorded SQL holds the model's SELECT as written (`sum(amount)`)
+    history.house.sql("UPDATE lakewrap.compiled_sql SET statements = replace(statements, 'sum(amount)', "
+                      "'sum(amount) + 1') WHERE sql_sha256 IN "
                       "(SELECT sql_sha256 FROM lakewrap.materializations WHERE target = 'm.full')")
     report = lakewrap.Project(root).reproduce(run_id, model="m.full")
     (r,) = report.results

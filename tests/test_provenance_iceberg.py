@@ -161,8 +161,10 @@ def test_reproduce_mismatch_when_the_recorded_sql_is_tampered(history: IceHistor
 
     def tamper(props: dict[str, str]) -> None:
         payload = decode(props["lakewrap.statements"])
-        for st in payload["statements"]:
-            st["sql"] = st["sql"].replace("SUM(amount)", "SUM(amount) + 1")
+        before = json.dumps(payload)
+        for st in payload["statements"]:  # the recorded SQL holds the model's SELECT as written
+            st["sql"] = st["sql"].replace("sum(amount)", "sum(amount) + 1")
+        assert json.dumps(payload) != before, "the tamper changed nothing"
         props["lakewrap.statements"] = encode(payload)
 
     _rewrite_summary(root, "m.full", res.snapshot_id, tamper)
