@@ -65,15 +65,29 @@ def _tree(con: Any, sql: str) -> Any:
 
 
 def _load(root: Path, generator: str, call: str, queries_from: str) -> tuple[list[str], Any]:
-    """Generate the benchmark's tables into the project's lake; return its queries."""
+    """Generate the benchmark's tables into the project's lake; return its queries.
+
+    A lake connection is sandboxed (no extension loads after lakewrap's set-up, files only inside
+    the project), so the generator runs on a plain DuckDB connection and hands the tables over as
+    Parquet files inside the project."""
+    import duckdb
+
     (root / "models").mkdir(parents=True, exist_ok=True)
+    (root / "gen").mkdir()
+    gen = duckdb.connect()
+    try:
+        gen.execute(f"LOAD '{extension_path(generator)}'")
+        gen.execute(call)
+        tables = [t for (t,) in gen.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        for table in tables:
+            gen.execute(f"COPY \"{table}\" TO '{root / 'gen' / table}.parquet' (FORMAT parquet)")
+        queries = [q for (q,) in gen.execute(f"SELECT query FROM {queries_from}() ORDER BY query_nr").fetchall()]
+    finally:
+        gen.close()
     con = Lake.open(root).connect()
-    con.execute(f"LOAD '{extension_path(generator)}'")
-    con.execute("ATTACH ':memory:' AS gen")
-    con.execute(f"USE gen; {call}; USE lake")
-    for (table,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'gen'").fetchall():
-        con.execute(f'CREATE TABLE lake.main."{table}" AS SELECT * FROM gen.main."{table}"')
-    queries = [q for (q,) in con.execute(f"SELECT query FROM {queries_from}() ORDER BY query_nr").fetchall()]
+    for table in tables:
+        parquet = root / "gen" / f"{table}.parquet"
+        con.execute(f'CREATE TABLE lake.main."{table}" AS SELECT * FROM read_parquet(\'{parquet}\')')
     return queries, con
 
 
