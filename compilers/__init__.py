@@ -17,22 +17,11 @@ def __getattr__(name: str) -> Any:
 
 
 def compiler_for(substrate: str) -> Compiler:
-    """The compiler of a substrate (``ducklake``, ``iceberg``, or ``iceberg-sql``: Iceberg written by DuckDB SQL)."""
-    from lakewrap.errors import UnsupportedError
+    """The compiler of a registered substrate (``ducklake``, ``iceberg``, ``iceberg-sql``, or one a
+    package adds: :mod:`lakewrap.substrates.registry`)."""
+    from lakewrap.substrates.registry import get
 
-    if substrate == "ducklake":
-        from lakewrap.compilers.ducklake import DuckLakeCompiler
-
-        return DuckLakeCompiler()
-    if substrate == "iceberg":
-        from lakewrap.compilers.iceberg import IcebergCompiler
-
-        return IcebergCompiler()
-    if substrate == "iceberg-sql":
-        from lakewrap.compilers.iceberg_sql import IcebergSqlCompiler
-
-        return IcebergSqlCompiler()
-    raise UnsupportedError(f"no compiler for substrate `{substrate}`", hint="use `ducklake` or `iceberg`")
+    return get(substrate).compiler()
 
 
 __all__ = ["Capabilities", "Compiler", "compiler_for"]

@@ -1,0 +1,83 @@
+"""Apache Iceberg, on either write path: ``iceberg`` (rows computed by DuckDB, committed by one
+pyiceberg transaction whose snapshot summary carries the record) and ``iceberg-sql`` (DuckDB SQL
+through DuckDB's Iceberg REST client, records in state tables). One catalog handle serves both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakewrap.substrates.protocol import Substrate
+
+if TYPE_CHECKING:
+    from lakewrap.compilers.base import Compiler
+    from lakewrap.config import ProjectConfig
+    from lakewrap.execute.executor import Result
+    from lakewrap.execute.iceberg import IcebergLake
+    from lakewrap.execute.retry import RetryPolicy
+    from lakewrap.plan import Plan
+    from lakewrap.project import Project
+    from lakewrap.spec import ModelSpec
+    from lakewrap.stale import StaleModel
+
+
+class Iceberg(Substrate):
+    """Iceberg written through pyiceberg (``write_path = "pyiceberg"``, the default)."""
+
+    name = "iceberg"
+
+    def compiler(self) -> Compiler:
+        from lakewrap.compilers.iceberg import IcebergCompiler
+
+        return IcebergCompiler()
+
+    def open(self, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> IcebergLake:
+        from lakewrap.execute.iceberg import IcebergLake
+
+        return IcebergLake.open(root, config=config, read_only=read_only)
+
+    def materializer(self, lake: IcebergLake, run_id: str, folder: Path, *, policy: RetryPolicy | None = None,
+                     strict: bool = False) -> Any:
+        from lakewrap.execute.iceberg_commit import IcebergExecutor
+
+        return IcebergExecutor(lake, run_id, folder, strict=strict)
+
+    def plan_step(self, lake: IcebergLake, con: Any, spec: ModelSpec, partition: str | None, now: datetime) -> Plan:
+        from lakewrap.iceberg_run import plan_model
+
+        return plan_model(lake, con, spec, partition, now)
+
+    def resolve_outcome(self, lake: IcebergLake, con: Any, run_id: str, result: Result) -> Result:
+        from lakewrap.outcome import resolve_iceberg
+
+        return resolve_iceberg(lake, run_id, result)
+
+    def materializations(self, lake: IcebergLake, target: str) -> list[dict[str, Any]]:
+        from lakewrap.iceberg_state import materializations_of
+
+        return materializations_of(lake, target)
+
+    def stale(self, root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
+        from lakewrap.stale_iceberg import detect_iceberg
+
+        return detect_iceberg(root, project, selected)
+
+
+class IcebergSql(Iceberg):
+    """Iceberg written by DuckDB SQL through a REST catalog (``write_path = "sql"``)."""
+
+    name = "iceberg-sql"
+
+    def compiler(self) -> Compiler:
+        from lakewrap.compilers.iceberg_sql import IcebergSqlCompiler
+
+        return IcebergSqlCompiler()
+
+    def materializer(self, lake: IcebergLake, run_id: str, folder: Path, *, policy: RetryPolicy | None = None,
+                     strict: bool = False) -> Any:
+        from lakewrap.execute.iceberg_sql import IcebergSqlExecutor
+
+        return IcebergSqlExecutor(lake, run_id, folder, strict=strict)

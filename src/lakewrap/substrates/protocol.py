@@ -1,0 +1,101 @@
+"""The substrate protocol: what every lake lakewrap writes to provides, one role each.
+
+A substrate is one object (:class:`Substrate`); :mod:`lakewrap.substrates.registry` resolves
+``lakewrap.toml``'s ``[lake]`` to it in exactly one place. The commands (compile, run, backfill,
+resume, seed, status, history, query, explain, reproduce, restore, maintain, test, ``run --stale``)
+ask it for a role and never branch on the substrate's name:
+
+- compiler (:meth:`Substrate.compiler`): the pure compiler; its ``Capabilities`` say what the
+  substrate can do;
+- lake handle (:meth:`Substrate.open`): a :class:`LakeHandle` (connect, close, redact, existence);
+- materializer (:meth:`Substrate.materializer`): runs one compiled plan as one commit;
+- planning (:meth:`Substrate.plan_step`): a step's plan with what the lake knows (watermark,
+  probed columns);
+- commit lookup (:meth:`Substrate.resolve_outcome`): a step that did not report success, looked up
+  in the lake;
+- state store (:meth:`Substrate.materializations`): the recorded materializations of a table;
+- change feed (:meth:`Substrate.stale`): ``run --stale`` and the stale column of ``status``.
+
+Importing this module (and the registry) loads neither duckdb nor pyarrow nor pyiceberg:
+``lakewrap compile`` resolves its substrate's compiler through it. Each role's implementation is
+imported when it is first asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from lakewrap.compilers.base import Capabilities, Compiler
+    from lakewrap.config import LakeConfig, ProjectConfig
+    from lakewrap.execute.executor import Result
+    from lakewrap.execute.retry import RetryPolicy
+    from lakewrap.plan import Plan
+    from lakewrap.project import Project
+    from lakewrap.spec import ModelSpec
+    from lakewrap.stale import StaleModel
+
+
+class LakeHandle(Protocol):
+    """An opened lake: where it is and how to reach it. No connection is open until :meth:`connect`."""
+
+    root: Path
+    config: LakeConfig
+
+    @property
+    def alias(self) -> str: ...
+
+    def redact(self, text: str) -> str: ...
+
+    def connect(self) -> Any: ...
+
+    def close(self, con: Any) -> None: ...
+
+    def check_exists(self) -> None: ...
+
+
+class Materializer(Protocol):
+    """Runs one compiled plan as one commit and reports it; never raises for model or data errors."""
+
+    def materialize(self, con: Any, compiled: Any, *, drop_first: bool = False) -> Result: ...
+
+
+class Substrate:
+    """One kind of lake. Subclasses set :attr:`name` and implement the roles."""
+
+    name: ClassVar[str]
+
+    # -- compile side (pure: no database import) --------------------------------------------------
+    def compiler(self) -> Compiler:
+        raise NotImplementedError
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.compiler().caps
+
+    # -- execute side ----------------------------------------------------------------------------
+    def open(self, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> LakeHandle:
+        raise NotImplementedError
+
+    def materializer(self, lake: Any, run_id: str, folder: Path, *, policy: RetryPolicy | None = None,
+                     strict: bool = False) -> Materializer:
+        raise NotImplementedError
+
+    def plan_step(self, lake: Any, con: Any, spec: ModelSpec, partition: str | None, now: datetime) -> Plan:
+        raise NotImplementedError
+
+    def resolve_outcome(self, lake: Any, con: Any, run_id: str, result: Result) -> Result:
+        raise NotImplementedError
+
+    # -- records ---------------------------------------------------------------------------------
+    def materializations(self, lake: Any, target: str) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def stale(self, root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<substrate {self.name}>"
