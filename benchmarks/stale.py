@@ -211,7 +211,7 @@ def main() -> None:
 
 def detect_ducklake(root: Path, proj: Any) -> dict[str, Any]:
     from lakewrap.execute.lake import Lake
-    from lakewrap.stale import detect
+    from lakewrap.substrates.ducklake.feed import detect
 
     lake = Lake.open(root, read_only=True)
     con = lake.connect()
@@ -229,14 +229,15 @@ def detect_iceberg_both_ways(root: Path, proj: Any) -> dict[str, Any]:
     from contextlib import nullcontext
     from unittest import mock
 
-    from lakewrap import stale_iceberg
+    from lakewrap.stale import detect_at
+    from lakewrap.substrates.iceberg import feed
 
     out: dict[str, Any] = {}
     for how in ("files", "full"):
-        force = mock.patch.object(stale_iceberg, "file_diff", lambda *a, **k: stale_iceberg.Diff(deletes=True))
+        force = mock.patch.object(feed, "file_diff", lambda *a, **k: feed.Diff(deletes=True))
         with force if how == "full" else nullcontext():
             t0 = time.perf_counter()
-            found = stale_iceberg.detect_iceberg(root, proj, proj.select(()))
+            found = detect_at(root, proj, proj.select(()))
             out[f"detect_seconds_{how}"] = round(time.perf_counter() - t0, 3)
         out[f"detected_{how}"] = {k: v.values() for k, v in found.items()}
     assert out["detected_files"] == out["detected_full"]

@@ -1,8 +1,9 @@
 """SQL for ``lakewrap run --stale``: which materialized partitions did an upstream change touch?
 
 Pure, like every compiler module: it reads a model's SELECT (a sqlglot AST) and builds the queries
-that :mod:`lakewrap.stale` runs against DuckLake's change feed (``ducklake_table_changes``) and
-that :mod:`lakewrap.stale_iceberg` runs over the rows an Iceberg snapshot diff yields.
+that :mod:`lakewrap.substrates.ducklake.feed` runs against DuckLake's change feed
+(``ducklake_table_changes``) and that :mod:`lakewrap.stale` runs over the changed rows an Iceberg
+snapshot diff (:mod:`lakewrap.substrates.iceberg.feed`) or a re-created DuckLake table yields.
 
 The mapping from a changed upstream row to a downstream partition is the model's *own* window
 filter. For each reference to the upstream table in the SELECT, the ``WHERE`` conjuncts of the

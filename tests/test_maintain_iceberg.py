@@ -271,7 +271,7 @@ def test_sql_write_path_is_refused_with_a_hint(tmp_path: Path) -> None:
 
 def test_compaction_loses_no_concurrent_commit(history: IceHistory, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer commits to the table between the compaction's planning and its commit."""
-    from lakewrap import maintain_iceberg
+    from lakewrap.substrates.iceberg import maintain as maintain_iceberg
 
     root = history.house.root
     configure(root, "all")

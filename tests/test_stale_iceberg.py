@@ -27,7 +27,7 @@ from lakewrap.cli import main
 from lakewrap.errors import PlanError
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.iceberg_state import materializations, materializations_of
-from lakewrap.stale_iceberg import IcebergFeed, file_diff
+from lakewrap.substrates.iceberg.feed import IcebergFeed, file_diff
 
 DAYS = 10
 FIRST = date(2024, 1, 1)

@@ -147,9 +147,9 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
 
         rows = _status(root, project, selectors, now, rows_of)
         if any(r.last_run for r in rows):
-            from lakewrap.stale_iceberg import detect_iceberg
+            from lakewrap.stale import detect_at
 
-            _show_stale(rows, detect_iceberg(root, project, project.select(selectors)))
+            _show_stale(rows, detect_at(root, project, project.select(selectors)))
         return rows
     lake = Lake.open(root, read_only=True)
     con = lake.connect()
@@ -157,9 +157,9 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
         rows = _status(root, project, selectors, now,
                        lambda target: _state_rows(con, sql.materialized_partitions(), {"target": target}))
         if any(r.last_run for r in rows):
-            from lakewrap.stale import detect
+            from lakewrap.stale import detect_on
 
-            _show_stale(rows, detect(con, lake.alias, project, project.select(selectors)))
+            _show_stale(rows, detect_on(lake, con, project, project.select(selectors)))
         return rows
     finally:
         lake.close(con)

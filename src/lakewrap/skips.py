@@ -132,7 +132,7 @@ def _recorded(by_target: dict[str, list[Skippable]], selected: Sequence[ModelSpe
 def _drop_stale(candidates: set[int], by_target: dict[str, list[Skippable]], selected: Sequence[ModelSpec],
                 project: Project, con: Any, alias: str) -> None:
     """Remove from ``candidates`` the steps whose upstream tables changed since their pin."""
-    from lakewrap.stale import detect
+    from lakewrap.substrates.ducklake.feed import detect
 
     chosen = [spec for spec in selected if any(s.index in candidates for s in by_target.get(spec.target.key, []))]
     found = detect(con, alias, project, chosen)

@@ -14,7 +14,11 @@ ask it for a role and never branch on the substrate's name:
 - commit lookup (:meth:`Substrate.resolve_outcome`): a step that did not report success, looked up
   in the lake;
 - state store (:meth:`Substrate.materializations`): the recorded materializations of a table;
-- change feed (:meth:`Substrate.stale`): ``run --stale`` and the stale column of ``status``.
+- change feed (:meth:`Substrate.feed`, and :meth:`Substrate.stale` over it): ``run --stale`` and
+  the stale column of ``status``; the rules are shared (:func:`lakewrap.stale.find_stale`), the
+  feed answers what the lake recorded and what changed since;
+- maintainer (:meth:`Substrate.maintainer`): ``lakewrap maintain`` (compaction, snapshot expiry
+  sparing run records, old and orphan files), or a refusal with a hint.
 
 Importing this module (and the registry) loads neither duckdb nor pyarrow nor pyiceberg:
 ``lakewrap compile`` resolves its substrate's compiler through it. Each role's implementation is
@@ -33,10 +37,11 @@ if TYPE_CHECKING:
     from lakewrap.config import LakeConfig, ProjectConfig
     from lakewrap.execute.executor import Result
     from lakewrap.execute.retry import RetryPolicy
+    from lakewrap.maintain import MaintainReport
     from lakewrap.plan import Plan
     from lakewrap.project import Project
     from lakewrap.spec import ModelSpec
-    from lakewrap.stale import StaleModel
+    from lakewrap.stale import Feed, StaleModel
 
 
 class LakeHandle(Protocol):
@@ -61,6 +66,13 @@ class Materializer(Protocol):
     """Runs one compiled plan as one commit and reports it; never raises for model or data errors."""
 
     def materialize(self, con: Any, compiled: Any, *, drop_first: bool = False) -> Result: ...
+
+
+class Maintainer(Protocol):
+    """``lakewrap maintain`` on one lake: the four steps of :mod:`lakewrap.maintain`, into ``report``."""
+
+    def maintain(self, specs: Sequence[ModelSpec], report: MaintainReport, *, dry_run: bool,
+                 now: datetime) -> MaintainReport: ...
 
 
 class Substrate:
@@ -94,8 +106,37 @@ class Substrate:
     def materializations(self, lake: Any, target: str) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def stale(self, root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
+    # -- change feed -----------------------------------------------------------------------------
+    def feed(self, lake: Any, con: Any) -> Feed:
+        """The change feed of the opened ``lake`` read through ``con`` (a connection of it): the latest
+        materialization of each partition, and which of them a change of an upstream table after
+        its pin touched (:class:`lakewrap.stale.Feed`)."""
         raise NotImplementedError
+
+    def stale(self, root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
+        """The stale partitions of each selected model of the lake at ``root`` (in ``selected``'s DAG
+        order): :func:`lakewrap.stale.find_stale` over :meth:`feed`, on a read-only connection."""
+        from lakewrap.stale import find_stale
+
+        lake = self.open(root, read_only=True)
+        con = lake.connect()
+        try:
+            return find_stale(self.feed(lake, con), project, selected)
+        finally:
+            lake.close(con)
+
+    # -- maintainer ------------------------------------------------------------------------------
+    def maintainer(self, root: Path, config: ProjectConfig) -> Maintainer:
+        """The maintainer of the lake of the project at ``root`` (``config`` is its ``lakewrap.toml``):
+        compacts the selected models' tables (the ``specs`` of :meth:`Maintainer.maintain`), expires
+        the snapshots ``[maintain]`` lets go except those a retained run record references, deletes
+        the files only expired snapshots referenced and the orphans. Opens nothing until it runs.
+        A substrate that cannot be maintained raises :class:`~lakewrap.errors.UnsupportedError`
+        with a hint (the default), before ``lakewrap maintain`` reads the project."""
+        from lakewrap.errors import UnsupportedError
+
+        raise UnsupportedError(f"lakewrap maintain does not run on substrate `{self.name}`",
+                               hint="its substrate provides no maintainer")
 
     def __repr__(self) -> str:
         return f"<substrate {self.name}>"

@@ -6,7 +6,6 @@ committed in the same transaction as the data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,9 +19,9 @@ if TYPE_CHECKING:
     from lakewrap.execute.lake import Lake
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
-    from lakewrap.project import Project
     from lakewrap.spec import ModelSpec
-    from lakewrap.stale import StaleModel
+    from lakewrap.substrates.ducklake.feed import DuckLakeFeed
+    from lakewrap.substrates.ducklake.maintain import DuckLakeMaintainer
 
 
 class DuckLake(Substrate):
@@ -55,12 +54,12 @@ class DuckLake(Substrate):
 
         return resolve(lake, con, run_id, result)
 
-    def stale(self, root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
-        from lakewrap.stale import detect
+    def feed(self, lake: Lake, con: Any) -> DuckLakeFeed:
+        from lakewrap.substrates.ducklake.feed import feed
 
-        lake = self.open(root, read_only=True)
-        con = lake.connect()
-        try:
-            return detect(con, lake.alias, project, selected)
-        finally:
-            lake.close(con)
+        return feed(lake, con)
+
+    def maintainer(self, root: Path, config: ProjectConfig) -> DuckLakeMaintainer:
+        from lakewrap.substrates.ducklake.maintain import DuckLakeMaintainer
+
+        return DuckLakeMaintainer(root, config)

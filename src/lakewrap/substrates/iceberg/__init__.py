@@ -5,7 +5,6 @@ through DuckDB's Iceberg REST client, records in state tables). One catalog hand
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,9 +18,9 @@ if TYPE_CHECKING:
     from lakewrap.execute.iceberg import IcebergLake
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
-    from lakewrap.project import Project
     from lakewrap.spec import ModelSpec
-    from lakewrap.stale import StaleModel
+    from lakewrap.substrates.iceberg.feed import IcebergFeed
+    from lakewrap.substrates.iceberg.maintain import IcebergMaintainer
 
 
 class Iceberg(Substrate):
@@ -60,10 +59,15 @@ class Iceberg(Substrate):
 
         return materializations_of(lake, target)
 
-    def stale(self, root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
-        from lakewrap.stale_iceberg import detect_iceberg
+    def feed(self, lake: IcebergLake, con: Any) -> IcebergFeed:
+        from lakewrap.substrates.iceberg.feed import IcebergFeed
 
-        return detect_iceberg(root, project, selected)
+        return IcebergFeed(lake, con)
+
+    def maintainer(self, root: Path, config: ProjectConfig) -> IcebergMaintainer:
+        from lakewrap.substrates.iceberg.maintain import IcebergMaintainer
+
+        return IcebergMaintainer(root, config)
 
 
 class IcebergSql(Iceberg):
@@ -81,3 +85,20 @@ class IcebergSql(Iceberg):
         from lakewrap.execute.iceberg_sql import IcebergSqlExecutor
 
         return IcebergSqlExecutor(lake, run_id, folder, strict=strict)
+
+    def feed(self, lake: IcebergLake, con: Any) -> IcebergFeed:
+        from lakewrap.substrates.iceberg.feed import IcebergSqlFeed
+
+        return IcebergSqlFeed(lake, con)
+
+    def maintainer(self, root: Path, config: ProjectConfig) -> IcebergMaintainer:
+        """Refused: the run records of this write path derive their snapshot ids from each table's
+        lineage, which a compaction commit would shift."""
+        from lakewrap.errors import UnsupportedError
+
+        raise UnsupportedError(
+            "lakewrap maintain does not run on Iceberg tables written by DuckDB SQL (write_path = \"sql\")",
+            hint="its run records derive their snapshot ids from each table's lineage, which a compaction "
+            "commit would shift; pyiceberg's table.maintenance.expire_snapshots() expires snapshots (deleting "
+            "no file); `lakewrap maintain` runs on the pyiceberg write path (docs/maintenance.md)",
+        )

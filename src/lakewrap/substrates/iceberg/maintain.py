@@ -21,8 +21,9 @@ the metadata and deletes no file. lakewrap builds the rest from the table metada
    leaves -- once older than ``orphan_min_age_minutes``.
 
 ``dry_run`` computes the same lists from the same metadata and changes nothing. The DuckDB write
-path (``write_path = "sql"``) is refused: its materializations are rows of a state table whose
-snapshot ids are derived from the target's lineage, which a compaction commit would shift.
+path (``write_path = "sql"``) has no maintainer (:meth:`lakewrap.substrates.iceberg.IcebergSql.maintainer`
+refuses): its materializations are rows of a state table whose snapshot ids are derived from the
+target's lineage, which a compaction commit would shift.
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lakewrap.config import MaintainConfig
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_commit import COMPACT, MAINTAIN_KEY
 from lakewrap.maintain import MaintainReport, TableFiles, choose_expired
+
+if TYPE_CHECKING:
+    from lakewrap.config import ProjectConfig
+    from lakewrap.spec import ModelSpec
 
 
 @dataclass
@@ -220,6 +226,21 @@ def compact(name: str, table: Any, dry_run: bool) -> TableFiles:
 
 
 # --- the command ------------------------------------------------------------------------------------
+
+
+@dataclass
+class IcebergMaintainer:
+    """The maintainer of the Iceberg lake (pyiceberg write path) of the project at ``root``."""
+
+    root: Path
+    config: ProjectConfig
+
+    def maintain(self, specs: Sequence[ModelSpec], report: MaintainReport, *, dry_run: bool,
+                 now: datetime) -> MaintainReport:
+        """Steps 1-4 of the module doc on every table of the lake (compaction: the tables of ``specs``)."""
+        lake = IcebergLake.open(self.root, config=self.config)
+        return maintain_iceberg(lake, [str(s.target) for s in specs], self.config.maintain, report,
+                                dry_run=dry_run, now=now)
 
 
 def maintain_iceberg(lake: IcebergLake, targets: Sequence[str], policy: MaintainConfig, report: MaintainReport,

@@ -1,9 +1,11 @@
-"""``lakewrap run --stale`` on an Iceberg lake: the rows each upstream's snapshots changed since a pin.
+"""Iceberg's change feed, on either write path: the rows each upstream's snapshots changed since a pin
+(the substrate half of ``lakewrap run --stale``, :mod:`lakewrap.stale`).
 
 Iceberg has no row-level change feed, but every snapshot lists the data files it added and removed
 (manifest entries ``ADDED``/``DELETED`` carrying its snapshot id). A materialization pins one
-snapshot of each upstream table (``lakewrap.pins`` in its snapshot summary, or the ``pins`` column
-of the target's state table on the SQL write path). For each distinct pin the files added and
+snapshot of each upstream table: ``lakewrap.pins`` in its snapshot summary (:class:`IcebergFeed`,
+the pyiceberg write path), or the ``pins`` column of the target's state table
+(:class:`IcebergSqlFeed`, the SQL write path). For each distinct pin the files added and
 removed by the snapshots after it, along the current snapshot's lineage, are netted by path (a
 file added then removed again cancels); only those files are read, and the rows that differ
 between the added and the removed ones (``EXCEPT ALL`` both ways: a copy-on-write rewrite of a
@@ -31,17 +33,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_commit import COMPACT, MAINTAIN_KEY
-from lakewrap.project import Project
-from lakewrap.spec import ModelSpec
-from lakewrap.stale import Latest, StaleModel, find_stale, registered, rows_touched
+from lakewrap.stale import Latest, registered, rows_touched
 
 if TYPE_CHECKING:
     from lakewrap.compilers.stale import WindowFilter
+    from lakewrap.execute.iceberg import IcebergLake
 
 NO_PIN = -1  # the pin of a table that had no snapshot (or did not exist) when the partition was built
 ADDED, REMOVED = "__lakewrap_added", "__lakewrap_removed"
@@ -159,25 +158,24 @@ class IcebergFeed:
 
     def latest(self, target: str, whole_table: bool) -> list[Latest]:
         """Each partition's last materialization: its window and its pin of every upstream table."""
-        from lakewrap.iceberg_state import materializations, state_rows
-
         found: dict[str | None, Latest] = {}
-        if self.lake.config.write_path == "sql":
-            for row in state_rows(self.lake, target):  # commit order, oldest first
-                pins = _pins(row["pins"])
-                found[row["partition_value"]] = Latest(row["partition_value"], row["window_start"],
-                                                       row["window_end"], 0, pins)
-        else:
-            for m in materializations(self.table(target)):  # commit order, oldest first
-                props = m["props"]
-                start, end = props.get("window_start") or None, props.get("window_end") or None
-                found[m["partition"]] = Latest(m["partition"], datetime.fromisoformat(start) if start else None,
-                                               datetime.fromisoformat(end) if end else None, m["snapshot_id"],
-                                               _pins(props.get("pins")))
+        for record in self.records(target):  # commit order, oldest first
+            found[record.partition] = record
         records = list(found.values())
         if whole_table and records:
             return [Latest(None, None, None, records[-1].pin, records[-1].pins)]
         return records
+
+    def records(self, target: str) -> Iterable[Latest]:
+        """Every materialization of ``target`` in commit order, oldest first: from the snapshot
+        summaries pyiceberg committed (the pin is the materialization's own snapshot)."""
+        from lakewrap.iceberg_state import materializations
+
+        for m in materializations(self.table(target)):
+            props = m["props"]
+            start, end = props.get("window_start") or None, props.get("window_end") or None
+            yield Latest(m["partition"], datetime.fromisoformat(start) if start else None,
+                         datetime.fromisoformat(end) if end else None, m["snapshot_id"], _pins(props.get("pins")))
 
     def touched(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
                 time_part: bool) -> Iterable[tuple[str | None, str]]:
@@ -259,6 +257,16 @@ class IcebergFeed:
         return pa.concat_tables(parts, promote_options="permissive")
 
 
+class IcebergSqlFeed(IcebergFeed):
+    """The feed of Iceberg written by DuckDB SQL: the materializations are rows of the target's state table."""
+
+    def records(self, target: str) -> Iterable[Latest]:
+        from lakewrap.iceberg_state import state_rows
+
+        for row in state_rows(self.lake, target):  # commit order, oldest first
+            yield Latest(row["partition_value"], row["window_start"], row["window_end"], 0, _pins(row["pins"]))
+
+
 def _pins(text: Any) -> dict[str, int | None]:
     import json
 
@@ -291,13 +299,3 @@ def _empty() -> Any:
     import pyarrow as pa  # type: ignore[import-untyped]
 
     return pa.table({})
-
-
-def detect_iceberg(root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
-    """The stale partitions of each selected model of the Iceberg lake at ``root`` (either write path)."""
-    lake = IcebergLake.open(root, read_only=True)
-    con = lake.connect()
-    try:
-        return find_stale(IcebergFeed(lake, con), project, selected)
-    finally:
-        lake.close(con)
