@@ -156,39 +156,6 @@ def history(root: Path, seed: int, rounds: int) -> None:
     assert 0 < sum(sizes) < rounds * DAYS  # the histories touched some partitions, not all
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_stale_rebuilds_exactly_the_touched_partitions(tmp_path: Path, seed: int) -> None:
-    history(tmp_path, seed, rounds=3)
-
-
-def test_join_partner_without_window_is_conservative(tmp_path: Path) -> None:
-    write_project(tmp_path, {"models/sales/joined.sql": """\
--- materialized incremental
--- partitioned daily key=ts start=2024-01-01
-SELECT e.id, e.ts, d.label FROM raw.events AS e JOIN raw.dims AS d ON e.v = d.v
-WHERE e.ts >= $partition_start AND e.ts < $partition_end
-"""})
-    execute(tmp_path, ("CREATE SCHEMA raw", None),
-            ("CREATE TABLE raw.events AS SELECT range::INTEGER AS id, TIMESTAMP '2024-01-01' + to_hours(range * 10) "
-             "AS ts, (range % 3)::INTEGER AS v FROM range(12)", None),
-            ("CREATE TABLE raw.dims AS SELECT range::INTEGER AS v, 'x' || range AS label FROM range(3)", None))
-    project = lakewrap.Project(tmp_path)
-    assert project.run(start="2024-01-01", end="2024-01-05").ok
-    # a late event on day 3: precise, only that day
-    execute(tmp_path, ("INSERT INTO raw.events VALUES (99, TIMESTAMP '2024-01-03 05:00', 1)", None))
-    report = project.run(stale=True)
-    assert rebuilt(tmp_path, report.run_id) == {"sales.joined": {"2024-01-03"}}
-    # a change of the join partner: no window maps it, so every materialized partition is stale
-    execute(tmp_path, ("UPDATE raw.dims SET label = 'y' WHERE v = 2", None))
-    (status,) = project.status()
-    assert status.stale == ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05"]
-    report = project.run(stale=True, start="2024-01-02", end="2024-01-03")  # --start/--end restrict
-    assert rebuilt(tmp_path, report.run_id) == {"sales.joined": {"2024-01-02", "2024-01-03"}}
-    (status,) = project.status()
-    assert status.stale == ["2024-01-01", "2024-01-04", "2024-01-05"]
-
-
 def test_replaced_upstream_makes_every_partition_stale(tmp_path: Path) -> None:
     write_project(tmp_path, {"models/sales/ev.sql": MODELS["models/sales/ev.sql"]})
     execute(tmp_path, ("CREATE SCHEMA raw", None),
