@@ -136,7 +136,8 @@ class Substrate:
         from lakewrap.errors import UnsupportedError
 
         raise UnsupportedError(f"lakewrap maintain does not run on substrate `{self.name}`",
-                               hint="its substrate provides no maintainer")
+                               hint=f"the `{self.name}` substrate implements no maintainer "
+                               "(Substrate.maintainer); maintain its tables with its own engine's tools")
 
     def __repr__(self) -> str:
         return f"<substrate {self.name}>"
