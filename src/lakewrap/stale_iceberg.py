@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.execute.iceberg_commit import COMPACT, MAINTAIN_KEY
 from lakewrap.project import Project
 from lakewrap.spec import ModelSpec
 from lakewrap.stale import Latest, StaleModel, find_stale, registered, rows_touched
+from lakewrap.substrates.iceberg.summary import COMPACT, MAINTAIN_KEY
 
 if TYPE_CHECKING:
     from lakewrap.compilers.stale import WindowFilter
