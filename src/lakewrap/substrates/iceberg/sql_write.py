@@ -50,6 +50,10 @@ from lakewrap.provenance_record import params_of
 CONFLICT = ("Conflict_409", "CommitFailedException", "TableAlreadyExistsError", "already exists")
 # ... or could not be reached / answered 5xx (DuckDB's HTTP client has retried already)
 UNAVAILABLE = re.compile(r"_5\d\d\b|HTTP 5\d\d\b|Could not connect|Connection")
+# Iceberg's row-level write modes by the effect of a statement; DuckDB 1.5.5 writes all of them
+# merge-on-read (see refuse_copy_on_write)
+WRITE_MODES = {"delete": "write.delete.mode", "update": "write.update.mode", "merge": "write.merge.mode"}
+COPY_ON_WRITE = "copy-on-write"
 # DuckDB 1.5.5's error when an ALTER numbers its new schema with an id the table has (see renewal)
 SCHEMA_ID_TAKEN = "but this already exists in the table"
 
@@ -86,6 +90,26 @@ def renewal(table: Any, dropped: list[str]) -> str | None:
     return kept[0] if kept else None
 
 
+def refuse_copy_on_write(table: Any, compiled: CompiledPlan, refresh: bool) -> None:
+    """Refuse a plan that deletes, updates or merges rows of a table whose Iceberg write mode for
+    that operation is ``copy-on-write``: DuckDB 1.5.5 writes every ``DELETE``, ``UPDATE`` and
+    ``MERGE`` merge-on-read (positional delete files beside the untouched data files), which such a
+    table's owner asked not to get. A table without the property is written as DuckDB writes."""
+    effects = {st.effect for st in compiled.statements if st.effect in WRITE_MODES}
+    if refresh:  # --full-refresh deletes every row first
+        effects.add("delete")
+    for effect in ("delete", "update", "merge"):
+        key = WRITE_MODES[effect]
+        if effect in effects and table.properties.get(key) == COPY_ON_WRITE:
+            raise ExecutionError(
+                f"{compiled.path}: the Iceberg table {compiled.target} has {key} = {COPY_ON_WRITE}, and "
+                f"write_path = \"sql\" writes a {effect.upper()} merge-on-read (DuckDB adds delete files); "
+                "nothing was written",
+                hint=f"set the table's {key} to merge-on-read (pyiceberg: `with table.transaction() as tx: "
+                     f"tx.set_properties({{'{key}': 'merge-on-read'}})`), or write it with "
+                     "write_path = \"pyiceberg\", which rewrites the data files")
+
+
 def conflicted(exc: BaseException) -> bool:
     """A refusal by the catalog (409), or a server or connection failure (5xx, unreachable): once the
     state table shows the attempt did not land, retrying the whole transaction is safe."""
@@ -114,10 +138,13 @@ class IcebergSqlExecutor(Materializer):
     def attempt(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int) -> None:
         compiled, refresh = job.compiled, job.drop_first
         statements = list(compiled.statements)
+        table = self.lake.load(compiled.target)
+        if table is not None:  # before anything runs: a refusal writes nothing
+            refuse_copy_on_write(table, compiled, refresh)
         try:
             while statements and statements[0].role == "setup":  # before BEGIN, each committed on its own
                 self.execute(con, statements.pop(0), log)
-            if self.lake.load(compiled.target) is None:
+            if table is None and self.lake.load(compiled.target) is None:
                 self._create(con, statements, log)
         except Exception as exc:
             # Idempotent steps (IF NOT EXISTS) that a concurrent writer got to first: nothing of this
