@@ -139,3 +139,74 @@ def test_no_connection_draws_a_progress_bar(tmp_path: Path) -> None:
             assert cursor.execute("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
         finally:
             lake.close(cursor)
+
+
+# --- supported versions -------------------------------------------------------------------------------
+# A second DuckDB (or an extension wheel built for another one) cannot be installed here: the machine
+# has no network and one environment holds one DuckDB. So the running version is simulated by
+# monkeypatching what `duckdb.__version__` reports; the wheels consulted are the real installed ones.
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every ``duckdb.connect`` call made while the test runs (the real function still runs)."""
+    calls: list[object] = []
+    real = duckdb.connect
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(duckdb, "connect", spy)
+    return calls
+
+
+def test_an_unsupported_duckdb_is_refused_before_any_connection_naming_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, opened: list[object]) -> None:
+    assert duckdb.__version__ in extensions.SUPPORTED_DUCKDB  # the real one is supported
+    monkeypatch.setattr(duckdb, "__version__", "1.4.3")
+    with pytest.raises(ExecutionError) as err:
+        extensions.connect(("iceberg", "avro"))
+    assert err.value.message == "this is DuckDB 1.4.3; lakewrap supports DuckDB 1.5.5"
+    assert err.value.hint == "pip install duckdb==1.5.5 duckdb-extension-avro==1.5.5 duckdb-extension-iceberg==1.5.5"
+    assert opened == []  # no connection, so no INSTALL from DuckDB's repository either
+
+
+def test_an_extension_wheel_built_for_another_duckdb_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                                opened: list[object]) -> None:
+    """Were DuckDB 1.4.3 supported, the installed wheels (built for 1.5.5) hold no binary for it."""
+    monkeypatch.setattr(extensions, "SUPPORTED_DUCKDB", ("1.4.3", "1.5.5"))
+    monkeypatch.setattr(duckdb, "__version__", "1.4.3")
+    with pytest.raises(ExecutionError) as err:
+        extensions.connect(("ducklake",))
+    assert err.value.message == ("DuckDB 1.4.3 needs the extension `ducklake` (duckdb-extension-ducklake 1.5.5 "
+                                 "is installed, without a binary for it)")
+    assert err.value.hint == "pip install duckdb-extension-ducklake==1.4.3"
+    assert opened == []
+
+
+def test_a_missing_extension_wheel_is_named(opened: list[object]) -> None:
+    with pytest.raises(ExecutionError) as err:
+        extensions.connect(("ducklake", "spatial"))  # the spatial wheel is not a dependency of lakewrap
+    assert err.value.message == "DuckDB 1.5.5 needs the extension `spatial` (duckdb-extension-spatial is not installed)"
+    assert err.value.hint == "pip install duckdb-extension-ducklake==1.5.5 duckdb-extension-spatial==1.5.5"
+    assert opened == []
+
+
+def test_lakewrap_run_reports_an_unsupported_duckdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from lakewrap.cli import main
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "lakewrap.toml").write_text("[lake]\n")
+    (tmp_path / "models" / "one.sql").write_text("SELECT 1 AS x\n")
+    monkeypatch.setattr(duckdb, "__version__", "1.6.0")
+    got = CliRunner().invoke(main, ["run", "--project", str(tmp_path)])
+    assert got.exit_code != 0
+    assert "this is DuckDB 1.6.0; lakewrap supports DuckDB 1.5.5" in got.output
+    assert "pip install duckdb==1.5.5 duckdb-extension-ducklake==1.5.5" in got.output
+    assert not (tmp_path / ".lakewrap").exists()  # no lake was created (a run with DuckDB 1.5.5 creates it)
+    monkeypatch.setattr(duckdb, "__version__", "1.5.5")
+    assert CliRunner().invoke(main, ["run", "--project", str(tmp_path)]).exit_code == 0
+    assert (tmp_path / ".lakewrap" / "lake.ducklake").exists()

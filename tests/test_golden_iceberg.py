@@ -102,7 +102,7 @@ def golden_lake(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.mark.parametrize("case", RUNNABLE)
 def test_golden_plans_run_on_iceberg(case: str, golden_lake: Any, tmp_path: Path) -> None:
-    from lakewrap.execute.iceberg_commit import IcebergExecutor
+    from lakewrap.substrates.iceberg.commit import IcebergExecutor
 
     plan = compile_case(case)
     reads = ("raw.orders", "raw.customers", "raw.events")

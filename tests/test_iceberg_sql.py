@@ -27,9 +27,10 @@ from icehouse_sql import rest_toml
 from lakewrap.cli import main
 from lakewrap.compile import load_project
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.execute.iceberg_sql import IcebergSqlExecutor, connect
 from lakewrap.iceberg_run import materialize_spec, run_iceberg_project
 from lakewrap.iceberg_state import state_rows
+from lakewrap.substrates.iceberg.sql_connect import connect
+from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
 
 UTC = timezone.utc
 NOW = datetime(2024, 6, 1, tzinfo=UTC)
@@ -594,3 +595,53 @@ def test_a_rebuild_cannot_retype_a_partition_source_and_writes_nothing(tmp_path:
     (res,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW, full_refresh=True).results
     assert res.status == "failed" and "referenced by the current partition spec" in (res.error or ""), res.error
     assert catalog_state(tmp_path) == before and len(rows_of(lake, "out.p")) == 3
+
+
+# --- the table's write modes ---------------------------------------------------------------------------
+
+
+def delete_files(table: Any) -> int:
+    """The delete files the table's current snapshot references, read from its manifests."""
+    from pyiceberg.manifest import ManifestContent
+
+    snap = table.current_snapshot()
+    return sum(len(m.fetch_manifest_entry(table.io)) for m in snap.manifests(table.io)
+               if m.content == ManifestContent.DELETES) if snap is not None else 0
+
+
+@pytest.mark.parametrize(("model", "key", "partition"), [
+    (MG, "write.merge.mode", None),
+    (DI, "write.delete.mode", "2024-01-01"),
+], ids=["merge", "delete+insert"])
+def test_a_copy_on_write_table_is_refused_instead_of_getting_delete_files(
+        model: str, key: str, partition: str | None, tmp_path: Path, served: str) -> None:
+    lake = project(tmp_path, served, {"out/m.sql": model})
+    source(lake, 2, 5)
+    assert run_iceberg_project(tmp_path, partition=partition, now=NOW).ok
+    source(lake, 2, 5, v=1)
+    # without the property, DuckDB writes the change merge-on-read: delete files appear
+    assert run_iceberg_project(tmp_path, partition=partition, now=NOW).ok
+    assert delete_files(lake.load("out.m")) > 0
+    with lake.load("out.m").transaction() as tx:
+        tx.set_properties({key: "copy-on-write"})
+    before = catalog_state(tmp_path)
+    table_before = lake.load("out.m")
+    rows_before, deletes_before = rows_of(lake, "out.m"), delete_files(table_before)
+    source(lake, 2, 5, v=2)
+    report = run_iceberg_project(tmp_path, partition=partition, now=NOW, run_id="run-cow")
+    (res,) = report.results
+    assert res.status == "failed" and res.attempts == 1
+    assert f"the Iceberg table out.m has {key} = copy-on-write" in (res.error or ""), res.error
+    assert f"set the table's {key} to merge-on-read" in (res.error or "")
+    # nothing was written: no snapshot, no delete file, no state row
+    assert lake.load("out.m").current_snapshot().snapshot_id == table_before.current_snapshot().snapshot_id
+    assert delete_files(lake.load("out.m")) == deletes_before
+    assert rows_of(lake, "out.m") == rows_before
+    assert "run-cow" not in {r["run_id"] for r in state_rows(lake, "out.m")}
+    assert [s for s in catalog_state(tmp_path) if s[0] != "raw.src"] == [s for s in before if s[0] != "raw.src"]
+    # the hint works: merge-on-read again, the run writes
+    with lake.load("out.m").transaction() as tx:
+        tx.set_properties({key: "merge-on-read"})
+    assert run_iceberg_project(tmp_path, partition=partition, now=NOW).ok
+    assert {r["v"] for r in rows_of(lake, "out.m") if partition is None or r["ts"].date().isoformat() == partition} \
+        == {2}

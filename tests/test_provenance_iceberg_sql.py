@@ -128,7 +128,7 @@ def test_explain_and_compile_as_of(built: SqlHistory) -> None:
     (by_snap,) = lakewrap.Project(root).compile(["m.joined"], partition=partition(1), as_of=str(res.snapshot_id))
     stage = next(st for st in pinned.statements if st.role == "stage")
     assert stage.sql == next(st for st in by_snap.statements if st.role == "stage").sql
-    from lakewrap.execute.iceberg_sql import connect
+    from lakewrap.substrates.iceberg.sql_connect import connect
 
     con = connect(built.house.ice)
     try:

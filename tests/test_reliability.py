@@ -41,9 +41,10 @@ from lakewrap.compile import load_project
 from lakewrap.compilers import lake as sql
 from lakewrap.compilers.runlog import metadata_catalog
 from lakewrap.errors import ConfigError
-from lakewrap.execute.executor import RETRYABLE, Executor, Result, RetryPolicy, is_retryable
+from lakewrap.execute.executor import RETRYABLE, Result, RetryPolicy, is_retryable
 from lakewrap.execute.lake import Lake
 from lakewrap.runner import RunReport, materialize_spec, run_project, write_results
+from lakewrap.substrates.ducklake.materialize import Executor
 
 NIGHTLY = os.environ.get("LAKEWRAP_NIGHTLY") == "1"
 EVENTS = "main.events"
@@ -131,7 +132,7 @@ import duckdb  # noqa: F401  (imported up front: the kill window covers the mate
 import pyarrow as pa
 
 import lakewrap.compile  # noqa: F401
-import lakewrap.execute.executor  # noqa: F401
+import lakewrap.substrates.ducklake.materialize  # noqa: F401
 from lakewrap import materialize
 
 root, start, count, parts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

@@ -152,7 +152,7 @@ def change_round(root: Path, rng: random.Random, rows: Rows, next_id: int) -> in
 def sql_change_round(root: Path, rng: random.Random, rows: Rows, next_id: int) -> int:
     """One round of late changes written by DuckDB SQL through the REST catalog (merge-on-read
     deletes: DuckDB writes delete files); ``rows`` follows them."""
-    from lakewrap.execute.iceberg_sql import connect
+    from lakewrap.substrates.iceberg.sql_connect import connect
 
     con = connect(IcebergLake.open(root))
     try:

@@ -44,7 +44,7 @@ TARGETS: dict[str, Target] = {
     "guards": Target("compilers/sql.py", ("tests/test_golden.py", "tests/test_strategies_exec.py")),
     "redaction": Target("src/lakewrap/redact.py", ("tests/test_redaction.py",)),
     "skip-rules": Target("src/lakewrap/skips.py", ("tests/test_skip_rules.py",)),
-    "commit-lookup": Target("src/lakewrap/execute/iceberg_commit.py", ("tests/test_iceberg_reliability.py",)),
+    "commit-lookup": Target("src/lakewrap/substrates/iceberg/commit.py", ("tests/test_iceberg_reliability.py",)),
 }
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.errors import PlanError
-from lakewrap.execute.executor import Executor, Result
+from lakewrap.execute.executor import Result
 from lakewrap.execute.lake import CONNECT_RETRY, Lake
 from lakewrap.execute.retry import retrying
 from lakewrap.inspect import ModelStatus
@@ -39,6 +39,7 @@ from lakewrap.spec import (
     TableStrategy,
     TimePartitioning,
 )
+from lakewrap.substrates.ducklake.materialize import Executor
 
 if TYPE_CHECKING:
     from lakewrap.provenance import Materialization, ReproduceReport

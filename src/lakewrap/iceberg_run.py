@@ -2,7 +2,7 @@
 
 The same selection, partition planning, dependency order and skip-on-upstream-failure as the
 DuckLake runner (:mod:`lakewrap.runner`); each (model, partition) is one pyiceberg transaction
-through :class:`~lakewrap.execute.iceberg_commit.IcebergExecutor`.
+through :class:`~lakewrap.substrates.iceberg.commit.IcebergExecutor`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import PlanError
 from lakewrap.execute.executor import Result
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.execute.iceberg_commit import PREFIX, IcebergExecutor
-from lakewrap.execute.iceberg_sql import IcebergSqlExecutor
-from lakewrap.execute.iceberg_sql import connect as connect_sql
 from lakewrap.execute.locate import located
 from lakewrap.outcome import resolve_iceberg
 from lakewrap.plan import Param, Plan, Substrate, make_plan
@@ -37,6 +34,10 @@ from lakewrap.runner import (
 from lakewrap.seedfiles import seed_files
 from lakewrap.skips import APPENDED, appended, duplicates
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
+from lakewrap.substrates.iceberg.commit import IcebergExecutor
+from lakewrap.substrates.iceberg.sql_connect import connect as connect_sql
+from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
+from lakewrap.substrates.iceberg.summary import PREFIX
 
 
 def reads_of(spec: ModelSpec) -> tuple[str, ...]:

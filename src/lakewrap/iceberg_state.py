@@ -16,7 +16,7 @@ from typing import Any
 from lakewrap.errors import ExecutionError, PlanError
 from lakewrap.execute import sandbox
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.execute.iceberg_commit import PREFIX, row_counts, total_records
+from lakewrap.substrates.iceberg.summary import PREFIX, row_counts, total_records
 
 
 def materializations(table: Any) -> list[dict[str, Any]]:

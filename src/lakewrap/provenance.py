@@ -409,8 +409,8 @@ def _reproduce_iceberg(root: Path, run_id: str, target: str | None, partition: s
     found = select_materializations(found, run_id, target, partition)
     lake = records.lake
     if lake.config.write_path == "sql":
-        from lakewrap.execute.iceberg_sql import connect
         from lakewrap.provenance_iceberg_sql import reproduce_one as replay
+        from lakewrap.substrates.iceberg.sql_connect import connect
 
         con = connect(lake)
         one: Any = partial(replay, con)

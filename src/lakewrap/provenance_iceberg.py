@@ -5,7 +5,7 @@ model, partition, strategy, ``sql_sha256``, ``pins`` = {upstream: snapshot id}, 
 window, ``params`` and the compressed ``statements``; :mod:`lakewrap.provenance_record`). The shared
 logic (which materializations a command means, the comparison, the restore's scope) stays in
 :mod:`lakewrap.provenance`; this module reads records, replays a commit in a scratch DuckDB session
-and commits a restore through :class:`~lakewrap.execute.iceberg_commit.IcebergExecutor`.
+and commits a restore through :class:`~lakewrap.substrates.iceberg.commit.IcebergExecutor`.
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def restore_plan(spec: Any, target: str, key: str | None, version: int, window: 
 def run_restore(root: Path, plan: CompiledPlan, version: int, provenance: dict[str, Any], run_id: str,
                 folder: Path) -> Any:
     """Commit the restore: one pyiceberg transaction, its summary naming what it restored."""
-    from lakewrap.execute.iceberg_commit import IcebergExecutor
+    from lakewrap.substrates.iceberg.commit import IcebergExecutor
 
     lake = IcebergLake.open(root)
     table = lake.load(plan.target)

@@ -8,7 +8,7 @@ and ``provenance`` that ``explain`` prints and ``reproduce`` re-executes. Reads 
 DuckDB-Iceberg's own time travel, ``"ice"."s"."t" AT (VERSION => <snapshot id>)`` (measured on
 DuckDB 1.5.5 through the REST catalog: accepted after an alias, in joins and in ``CREATE TABLE ...
 AS``), so the replay is DuckLake's (:func:`lakewrap.provenance._reproduce_one`) with one pin per
-table. A restore is a plan the :class:`~lakewrap.execute.iceberg_sql.IcebergSqlExecutor` runs: its
+table. A restore is a plan the :class:`~lakewrap.substrates.iceberg.sql_write.IcebergSqlExecutor` runs: its
 state row names what it restored. See ``docs/provenance.md``.
 """
 
@@ -193,7 +193,8 @@ def restore_plan(spec: Any, target: str, key: str | None, version: int, window: 
 
 def run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str, folder: Path) -> Any:
     """Commit the restore: one DuckDB transaction through the REST catalog, with its state row."""
-    from lakewrap.execute.iceberg_sql import IcebergSqlExecutor, connect
+    from lakewrap.substrates.iceberg.sql_connect import connect
+    from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
 
     lake = IcebergLake.open(root)
     con = connect(lake)

@@ -1,7 +1,7 @@
 """The provenance an Iceberg commit carries in its snapshot summary, beside lakewrap's state keys.
 
 A pyiceberg commit changes one table, so nothing outside its snapshot summary is atomic with the
-data. Besides run, model, partition, pins and ``sql_sha256`` (``execute/iceberg_commit.py``), each
+data. Besides run, model, partition, pins and ``sql_sha256`` (``substrates/iceberg/commit.py``), each
 commit records here:
 
 * ``params``: the values bound to the plan's parameters (JSON), as DuckLake's ``extra_info`` does;

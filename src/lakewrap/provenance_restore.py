@@ -198,8 +198,8 @@ def _iceberg_restore_version(root: Path, target: str, window: Window | None, to_
 
 def _run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str, folder: Path) -> Any:
     """Commit the restore on a DuckLake: one transaction with its own state record."""
-    from lakewrap.execute.executor import Executor
     from lakewrap.execute.lake import Lake
+    from lakewrap.substrates.ducklake.materialize import Executor
 
     lake = Lake.open(root)
     con = lake.connect()

@@ -22,7 +22,7 @@ from lakewrap.compile import _Cache, compile_plan
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import PlanError, SelectionError
 from lakewrap.execute import statements as sql
-from lakewrap.execute.executor import Executor, Result
+from lakewrap.execute.executor import Result
 from lakewrap.execute.lake import Lake
 from lakewrap.execute.locate import located, remember
 from lakewrap.outcome import resolve as resolve_outcome
@@ -32,6 +32,7 @@ from lakewrap.runlog import RunLog
 from lakewrap.seedfiles import seed_files
 from lakewrap.signals import cancellable, settle
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
+from lakewrap.substrates.ducklake.materialize import Executor
 from lakewrap.targetdir import write_atomic
 
 

@@ -34,8 +34,9 @@ from typing import Any
 
 from lakewrap.errors import ConfigError, ExecutionError, Location
 from lakewrap.execute import statements as sql
-from lakewrap.execute.executor import Executor, Result, RetryPolicy
+from lakewrap.execute.executor import Result, RetryPolicy
 from lakewrap.signals import settle
+from lakewrap.substrates.ducklake.materialize import Executor
 
 
 class RunCancelled(ExecutionError):

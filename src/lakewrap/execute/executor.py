@@ -1,41 +1,38 @@
-"""One materialization = one transaction = one DuckLake snapshot, with its state in the same commit.
+"""The materializer's shared loop: one compiled plan, one commit, retried as a whole under a policy.
 
-The protocol follows what was measured on DuckDB/DuckLake 1.5.5 (docs/design.md, "Transaction protocol"):
+Every substrate's materializer (:meth:`lakewrap.substrates.protocol.Substrate.materializer`) is a
+:class:`Materializer`: this module runs the attempts -- capped, jittered exponential backoff under
+a :class:`~lakewrap.execute.retry.RetryPolicy`, only for errors the substrate classifies retryable,
+a rollback after every failed attempt, each failed attempt recorded (the run log's attempts) --
+fills the :class:`Result`, keeps the statement log and redacts what it reports. The substrate
+supplies the hooks: the sandbox check of the plan's SQL, one attempt (begin, run the statements and
+the tests before publishing, commit, and look the commit up when its outcome is unknown), the
+rollback, and which errors a retry may cure:
 
-* ``BEGIN``, each statement, ``COMMIT`` are separate ``execute()`` calls (a multi-statement string
-  is not atomic);
-* on any exception: ``ROLLBACK``, never ``COMMIT`` (DuckDB commits the statements before a
-  binder error if asked to);
-* data, lakewrap's state rows, the per-model fence row and the commit message with ``extra_info``
-  are written in the same transaction, so state can never disagree with data;
-* conflicts are retried as a whole transaction with capped, jittered exponential backoff, and
-  only errors classified retryable are retried.
+* DuckLake: :mod:`lakewrap.substrates.ducklake.materialize`;
+* Iceberg, pyiceberg commits: :mod:`lakewrap.substrates.iceberg.commit`;
+* Iceberg, DuckDB SQL through a REST catalog: :mod:`lakewrap.substrates.iceberg.sql_write`.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import time
-import uuid
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from lakewrap import __version__
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import ExecutionError, LakewrapError
 from lakewrap.execute import checks, locate, sandbox
-from lakewrap.execute import statements as sql
-from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable
 
 Status = Literal["success", "unchanged", "failed", "skipped", "cancelled"]
 
-__all__ = ["RETRYABLE", "Executor", "Result", "RetryPolicy", "StrictRefusal", "is_retryable"]
+__all__ = ["RETRYABLE", "Job", "Materializer", "Result", "RetryPolicy", "StrictRefusal", "Tally", "is_retryable"]
 
 
 @dataclass
@@ -98,284 +95,182 @@ def emptied(path: str, stage_rows: int | None, inserted: int, deleted: int, stri
     return warning
 
 
-@dataclass
-class Executor:
-    """Runs compiled plans on one lake, for one run id."""
+@dataclass(frozen=True)
+class Job:
+    """One materialization's inputs, the same for every attempt.
 
-    lake: Lake
+    ``reads`` are the tables the model reads (``schema.name``); ``inputs`` are Arrow tables (or
+    anything DuckDB scans) registered under their names for the plan's SQL; ``provenance`` is
+    recorded beside the commit's pins (a restore names the run and snapshot it restored).
+    """
+
+    compiled: CompiledPlan
+    reads: tuple[str, ...] = ()
+    drop_first: bool = False
+    inputs: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Tally:
+    """The rows one attempt's statements wrote, from the counts their statements return."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    stage_rows: int | None = None  # the SELECT's rows, staged (None: the plan stages nothing)
+
+    def add(self, effect: str, n: int, grown: int = 0, *, count_deletes: bool = True) -> None:
+        """Count a statement's ``n`` rows by its effect; ``grown`` is how many rows a merge added."""
+        match effect:
+            case "stage":  # the stage of the SELECT's rows: its CREATE TABLE AS counts them
+                self.stage_rows = n
+            case "insert":
+                self.inserted += n
+            case "delete":
+                self.deleted += n if count_deletes else 0
+            case "update":
+                self.updated += n
+            case "merge":
+                self.inserted += grown
+                self.updated += n - grown
+
+    @property
+    def unchanged(self) -> bool:
+        return self.inserted == self.updated == self.deleted == 0
+
+    def fill(self, result: Result) -> None:
+        result.rows_inserted, result.rows_updated, result.rows_deleted = self.inserted, self.updated, self.deleted
+
+
+@dataclass
+class Materializer:
+    """Runs compiled plans on one lake for one run id; a substrate subclasses it with its hooks."""
+
+    lake: Any
     run_id: str
     log_dir: Path
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     strict: bool = False
     rng: random.Random = field(default_factory=random.Random)
     sleep: Callable[[float], None] = time.sleep
-    # target -> the sql_sha256 its fence row holds, once read or written by this executor
-    fences: dict[str, str] = field(default_factory=dict)
+    # test hook: called just before the commit with what the substrate commits through (the
+    # connection, or pyiceberg's open transaction)
+    before_commit: Callable[[Any], None] | None = None
 
-    def materialize(self, con: Any, compiled: CompiledPlan, *, drop_first: bool = False,
+    def materialize(self, con: Any, compiled: CompiledPlan, *, reads: tuple[str, ...] = (),
+                    drop_first: bool = False, inputs: dict[str, Any] | None = None,
                     provenance: dict[str, Any] | None = None) -> Result:
-        """Execute ``compiled`` in one transaction, retrying conflicts; never raises for data errors.
+        """Execute ``compiled`` as one commit, retrying what may be cured; never raises for data errors.
 
-        A failure is returned as a ``failed`` :class:`Result` (with the redacted error); the
-        transaction is rolled back and nothing is written. ``provenance`` is recorded beside the pin
-        in ``pins`` and ``extra_info`` (a restore names the run and snapshot it restored).
+        A failure is returned as a ``failed`` :class:`Result` (with the redacted error, located on
+        the model file); every attempt was rolled back and nothing is written. See :class:`Job`
+        for the keyword arguments.
         """
         started = time.perf_counter()
+        job = Job(compiled, reads, drop_first, inputs or {}, provenance or {})
         window = compiled.window
         result = Result(model=compiled.path, target=compiled.target, partition=window.value if window else None,
                         strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
         log = StatementLog(self.log_dir, compiled, self.lake.redact)
         try:
-            sandbox.check_plan(compiled)  # the user's SQL, on DuckDB's parse (docs/security.md)
+            self.check(compiled)
+            self.prepare(con, job, log)
             for attempt in range(1, self.policy.attempts + 1):
                 result.attempts = attempt
                 tried = time.perf_counter()
                 try:
-                    self._attempt(con, compiled, result, log, attempt, drop_first, provenance)
+                    self.attempt(con, job, result, log, attempt)
                     break
                 except Exception as exc:
-                    self._rollback(con, log)
+                    self.rollback(con, log)
+                    retry = self.retryable(exc)
+                    text = str(exc).strip()
                     result.attempt_errors.append({
                         "attempt": attempt, "seconds": round(time.perf_counter() - tried, 6),
-                        "error_class": "RetryableError" if is_retryable(exc) else type(exc).__name__,
-                        "error": self.lake.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else ""),
+                        "error_class": self.attempt_class(exc, retry),
+                        "error": self.lake.redact(text.splitlines()[0] if text else ""),
                     })
                     # rolled back: nothing was written, and a retry counts (and warns) afresh
                     result.rows_inserted = result.rows_updated = result.rows_deleted = 0
                     result.warnings.clear()
-                    if not is_retryable(exc) or attempt == self.policy.attempts:
+                    if not retry or attempt == self.policy.attempts:
                         raise
                     delay = self.policy.delay(attempt, self.rng)
-                    log.note(f"attempt {attempt} conflicted; retrying in {delay:.3f}s: {exc}")
+                    log.note(f"attempt {attempt} conflicted; retrying in {delay:.3f}s: "
+                             f"{text.splitlines()[0] if text else type(exc).__name__}")
                     self.sleep(delay)
-        except LakewrapError as exc:
+        except Exception as exc:  # a LakewrapError or the engine's: located on the model file, classified
             result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
-            result.error_class = type(exc).__name__
-        except Exception as exc:  # a DuckDB error: located on the model file, classified
-            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
-            result.error_class = "RetryableError" if is_retryable(exc) else type(exc).__name__
+            result.error_class = self.error_class(exc)
         finally:
+            self.release(con, job)
             result.seconds = time.perf_counter() - started
-            result.warnings = [self.lake.redact(w) for w in result.warnings]  # they quote DuckDB errors
+            result.warnings = [self.lake.redact(w) for w in result.warnings]  # they quote engine errors
             log.close(result.status, result.error)
         return result
 
-    # --- one attempt ----------------------------------------------------------------------------
+    # --- the substrate's hooks ------------------------------------------------------------------
 
-    def _attempt(self, con: Any, compiled: CompiledPlan, result: Result, log: StatementLog, attempt: int,
-                 drop_first: bool, provenance: dict[str, Any] | None = None) -> None:
-        inserted = updated = deleted = 0
-        stage_rows: int | None = None
-        result.tests.clear()
-        result.schema_changes.clear()
-        outcomes: list[checks.TestOutcome] = []
-        schema_check = compiled.schema_check
-        started_at = datetime.now(timezone.utc)
-        fenced_sha = self._fence(con, compiled.target, log)
-        create_fence = fenced_sha is None
-        log.run(con, sql.BEGIN)
-        pin = log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0]
-        if create_fence:  # a model's first run creates its fence in the same transaction as its data
-            for stmt in sql.fence_ddl(compiled.target):
-                log.run(con, stmt)
-        if drop_first:
-            schema, name = compiled.target.split(".", 1)
-            log.run(con, sql.drop_table(schema, name))
-        for st in compiled.statements:
-            if schema_check is not None and st.role == "write":  # a plan without a bootstrap
-                result.schema_changes = checks.check_schema(con, schema_check, compiled, log)
-                schema_check = None
-            if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
-                outcome = checks.run_test(con, st, log, compiled.path)
-                outcomes.append(outcome)
-                result.tests.append(outcome.to_dict())
-                if outcome.status == "warn":
-                    result.warnings.append(outcome.summary())
-                continue
-            if st.effect == "merge":
-                before = self._count(con, compiled.target, log)
-            cursor = self._execute(con, st, log)
-            if schema_check is not None and st.role == "bootstrap":
-                # right after CREATE TABLE IF NOT EXISTS, before any other bootstrap (SET PARTITIONED
-                # BY names the key) or write: the table exists, so DESCRIBE reads it cheaply
-                result.schema_changes = checks.check_schema(con, schema_check, compiled, log, bootstrapped=True)
-                schema_check = None
-            if st.effect is None:
-                continue
-            n = int(cursor.fetchone()[0])
-            match st.effect:
-                case "stage":  # the stage of the SELECT's rows: its CREATE TABLE AS counts them
-                    stage_rows = n
-                case "insert":
-                    inserted += n
-                case "delete":
-                    deleted += n
-                case "update":
-                    updated += n
-                case "merge":
-                    grown = self._count(con, compiled.target, log) - before
-                    inserted += grown
-                    updated += n - grown
-        result.rows_inserted, result.rows_updated, result.rows_deleted = inserted, updated, deleted
-        if (failed := checks.failure(outcomes)) is not None:
-            raise failed
-        # A snapshot (SCD2) model with nothing to change writes no data but commits its record: it
-        # read the upstreams at ``pin`` and found the history current, so ``--stale`` clears it.
-        unchanged = compiled.strategy == "snapshot" and inserted == updated == deleted == 0
-        if unchanged and create_fence:  # a first run with nothing to version writes nothing, no table either
-            log.run(con, sql.ROLLBACK)
-            result.status = "unchanged"
-            return
-        if warning := emptied(compiled.path, stage_rows, inserted, deleted, self.strict):
-            result.warnings.append(warning)
-        watermark = None
-        if (window := compiled.window) and window.kind == "dynamic":
-            watermark = datetime.fromisoformat(window.end)
-        pins = {"snapshot": pin, **(provenance or {})}
-        checks.record(con, log, self.run_id, compiled, result.partition, outcomes)
-        log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id, "sql_sha256": compiled.sql_sha256})
-        log.run(con, sql.insert_materialization(), {
-            "run_id": self.run_id, "model": compiled.path, "target": compiled.target,
-            "partition_value": result.partition,
-            "window_start": datetime.fromisoformat(window.start) if window else None,
-            "window_end": datetime.fromisoformat(window.end) if window else None,
-            "strategy": compiled.strategy, "rows_inserted": inserted, "rows_updated": updated,
-            "rows_deleted": deleted, "sql_sha256": compiled.sql_sha256, "pins": json.dumps(pins),
-            "watermark": watermark, "started_at": started_at, "attempt": attempt, "lakewrap_version": __version__,
-        })
-        if fenced_sha != compiled.sql_sha256:  # else the fence's last commit stored these statements
-            log.run(con, sql.insert_compiled_sql(), {
-                "sql_sha256": compiled.sql_sha256,
-                "statements": json.dumps([s.dump(exclude={"params"}) for s in compiled.statements]),
-            })
-        commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (committed_snapshot)
-        extra: dict[str, Any] = {
-            "run_id": self.run_id, "model": compiled.path, "target": compiled.target, "partition": result.partition,
-            "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256, "pins": pins,
-            "lakewrap_version": __version__, "commit_id": commit_id,
-            # the values bound to the statements' parameters: `lakewrap reproduce` binds them again
-            "params": {k: v.value for st in compiled.statements for k, v in st.params.items()}}
-        # statements outside the plan that changed the table's DDL: `reproduce` replays them
-        if drop_first:
-            extra["full_refresh"] = True
-        if result.schema_changes:
-            extra["schema_changes"] = result.schema_changes
-        message = f"lakewrap {compiled.strategy} {compiled.target}" + (
-            f" partition {result.partition}" if result.partition else "")
-        log.run(con, sql.set_commit_message(self.lake.alias),
-                {"author": "lakewrap", "message": message, "extra_info": json.dumps(extra)})
-        landed: int | None = None
-        try:
-            log.run(con, sql.COMMIT)
-        except Exception as exc:
-            landed = self.commit_outcome(con, log, pin, commit_id, exc)  # raises when it did not land
-        # Committed: nothing after this point may turn the result into a failure or a retry (a
-        # retry would apply the write twice, e.g. an append).
-        result.status = "unchanged" if unchanged else "success"
-        self.fences[compiled.target] = compiled.sql_sha256
-        if landed is not None:
-            result.snapshot_id = landed
-            return
-        try:
-            result.snapshot_id = self.committed_snapshot(con, log, pin, commit_id)
-        except Exception as exc:
-            result.warnings.append(f"committed, but its snapshot id could not be read: {str(exc).strip()}")
+    def check(self, compiled: CompiledPlan) -> None:
+        """Refuse the plan before anything runs: the user's SQL on DuckDB's parse (docs/security.md)."""
+        sandbox.check_plan(compiled)
 
-    def commit_outcome(self, con: Any, log: StatementLog, pin: int, commit_id: str, exc: Exception) -> int:
-        """The snapshot of a COMMIT that raised ``exc`` but landed; re-raises ``exc`` when it did not.
+    def prepare(self, con: Any, job: Job, log: StatementLog) -> None:
+        """Before the first attempt: the inputs registered on ``con``."""
+        for name, data in job.inputs.items():
+            con.register(name, data)
 
-        An interrupted COMMIT (Ctrl-C, SIGTERM) or a lost answer can land all the same: DuckLake has
-        written the catalog when DuckDB notices the interrupt (measured: 12 of 12 interrupts 0-10 ms
-        into a COMMIT raised ``Interrupted!`` after it landed). The lake decides, by this attempt's
-        ``commit_id`` in the commit message, read on a fresh cursor (the step's own connection may be
-        interrupted or refuse statements once the run is cancelled). When the lake cannot be asked,
-        the outcome is unknown: an :class:`ExecutionError`, which the scheduler resolves with the
-        coordinator's connection before the step is recorded (:mod:`lakewrap.outcome`).
-        """
-        log.note(f"COMMIT raised {type(exc).__name__}; looking up commit {commit_id} in the lake")
-        try:
-            cursor = con.cursor() if self.lake.config.catalog != "sqlite" else con
-            try:
-                with self.lake.statement_lock:
-                    row = log.run(cursor, sql.last_committed_snapshot(self.lake.alias),
-                                  {"commit_id": commit_id, "pin": pin}).fetchone()
-            finally:
-                if cursor is not con:
-                    cursor.close()
-        except Exception as lookup:
-            raise ExecutionError(f"the COMMIT's outcome is unknown ({str(exc).strip().splitlines()[0]}) and the "
-                                 f"lake could not be asked: {str(lookup).strip().splitlines()[0]}",
-                                 hint="`lakewrap history` shows whether it landed") from exc
-        if row is None or row[0] is None:
-            log.note(f"commit {commit_id} is not in the lake: it did not land")
-            raise exc
-        log.note(f"commit {commit_id} is in the lake (snapshot {row[0]}): it landed")
-        return int(row[0])
+    def release(self, con: Any, job: Job) -> None:
+        """After the last attempt, whatever its outcome."""
+        for name in job.inputs:
+            with suppress(Exception):  # already gone, or never registered
+                con.unregister(name)
 
-    def committed_snapshot(self, con: Any, log: StatementLog, pin: int, commit_id: str) -> int:
-        """The snapshot the COMMIT of ``commit_id`` created, in a transaction that read snapshot ``pin``.
+    def attempt(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int) -> None:
+        """One attempt: begin, run the statements and the tests, commit (looking the commit up when
+        its outcome is unknown); fills ``result`` and sets its status once committed. Raises on
+        failure, before or instead of committing."""
+        raise NotImplementedError
 
-        When the lake's newest snapshot is ``pin + 1``, it is that commit's: the commit came after
-        ``pin`` and snapshot ids count up by one, so no other commit fits in between (2 ms). Otherwise
-        another writer committed in the meantime, and the commit is found by its ``commit_id`` among
-        the snapshots after ``pin`` (``snapshots()`` lists the whole history: 6-30 ms, growing with it).
-        """
-        newest = self._newest_snapshot(con, log)
-        if newest == pin + 1:
-            return newest
-        return int(log.run(con, sql.last_committed_snapshot(self.lake.alias),
-                           {"commit_id": commit_id, "pin": pin}).fetchone()[0])
+    def rollback(self, con: Any, log: StatementLog) -> None:
+        """Undo a failed attempt; never raises."""
 
-    def _newest_snapshot(self, con: Any, log: StatementLog) -> int:
-        """The lake's newest snapshot id, right after this connection's COMMIT.
+    def retryable(self, exc: BaseException) -> bool:
+        """Whether re-running the whole attempt may succeed."""
+        return is_retryable(exc)
 
-        When the commit changed a schema (``CREATE OR REPLACE``, a first run's bootstrap, an
-        ``on_schema_change`` ALTER), the committing connection reloads the lake's catalog on its
-        next query (14-20 ms); a fresh cursor reading the catalog database's ``ducklake_snapshot``
-        does not (1 ms). SQLite catalogs are asked through ``current_snapshot()``: lakewrap does not
-        read a SQLite catalog through DuckDB's attachment of it anywhere else.
-        """
-        if self.lake.config.catalog == "sqlite":
-            return int(log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0])
-        cursor = con.cursor()
-        try:
-            with self.lake.statement_lock:  # one statement at a time on a shared instance
-                row = log.run(cursor, sql.newest_snapshot(sql.metadata_catalog(self.lake.alias))).fetchone()
-            return int(row[0])
-        finally:
-            cursor.close()
+    def attempt_class(self, exc: BaseException, retryable: bool) -> str:
+        """The error class a failed attempt is recorded under."""
+        return type(exc).__name__
 
-    def _execute(self, con: Any, st: CompiledStatement, log: StatementLog) -> Any:
+    def error_class(self, exc: BaseException) -> str:
+        """The error class of a failed result."""
+        return type(exc).__name__
+
+    # --- shared steps ---------------------------------------------------------------------------
+
+    def run_test(self, con: Any, st: CompiledStatement, result: Result, log: StatementLog,
+                 outcomes: list[checks.TestOutcome]) -> None:
+        """Write-audit-publish: one test on the written rows, before the commit; a ``warn`` is reported."""
+        outcome = checks.run_test(con, st, log, result.model)
+        outcomes.append(outcome)
+        result.tests.append(outcome.to_dict())
+        if outcome.status == "warn":
+            result.warnings.append(outcome.summary())
+
+    def execute(self, con: Any, st: CompiledStatement, log: StatementLog) -> Any:
+        """One compiled statement with its parameters bound."""
         params = {k: v.python() for k, v in st.params.items()}
         return log.run(con, st.sql, params or None, role=st.role)
 
-    def _count(self, con: Any, target: str, log: StatementLog) -> int:
-        schema, name = target.split(".", 1)
-        return int(log.run(con, sql.count_rows(schema, name)).fetchone()[0])
-
-    def _rollback(self, con: Any, log: StatementLog) -> None:
-        try:
-            log.run(con, sql.ROLLBACK)
-        except Exception as exc:  # no transaction open (it failed before BEGIN took): nothing to undo
-            log.note(f"rollback: {exc}")
-
-    def _fence(self, con: Any, target: str, log: StatementLog) -> str | None:
-        """The ``sql_sha256`` in the model's fence row, or None before the model's first commit.
-
-        Reading the one-row fence is cheap (a few ms; see benchmarks/strategies.py). Before a model's
-        first run the table does not exist: its first materialization creates it inside its own
-        transaction, so a failed first run leaves nothing behind, and two concurrent first runs
-        conflict on the fence table like any later pair. The hash read here was committed together
-        with that plan's ``compiled_sql`` row, so a plan whose hash the fence holds is not stored again.
-        """
-        known = self.fences.get(target)
-        if known is not None:
-            return known
-        try:
-            row = log.run(con, sql.fence_probe(target)).fetchone()
-        except Exception:  # the fence table does not exist yet
-            return None
-        if row is None:
-            return None
-        self.fences[target] = sha = row[0] or ""
-        return sha
+    def counted(self, con: Any, st: CompiledStatement, log: StatementLog, tally: Tally,
+                count: Callable[[], int], *, count_deletes: bool = True) -> Any:
+        """Execute ``st`` and add what it wrote to ``tally`` (a merge's added rows: ``count()`` before
+        and after)."""
+        before = count() if st.effect == "merge" else 0
+        cursor = self.execute(con, st, log)
+        if st.effect is not None:
+            n = int(cursor.fetchone()[0])
+            tally.add(st.effect, n, count() - before if st.effect == "merge" else 0, count_deletes=count_deletes)
+        return cursor

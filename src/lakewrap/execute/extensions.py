@@ -1,8 +1,12 @@
 """Load DuckDB extensions from the PyPI wheels (``duckdb-extension-<name>``), autoinstall off.
 
 DuckDB's extension repository is often unreachable (and always is in CI here), so the binaries
-shipped as wheels for the pinned DuckDB are loaded by path. Only when no bundled binary matches the
-running DuckDB does lakewrap fall back to DuckDB's own ``INSTALL``.
+shipped as wheels for the pinned DuckDB are loaded by path, and nothing is fetched from the network.
+
+**The versions are checked first.** Before a connection is opened, the running DuckDB must be one
+lakewrap supports (:data:`SUPPORTED_DUCKDB`, the version ``pyproject.toml`` pins) and each extension
+it needs must be installed as the wheel built for that DuckDB; otherwise the error names the
+``pip install`` that fixes it (:func:`check_versions`).
 
 **Each binary's signature is checked once.** DuckDB checks an extension's signature at every
 ``LOAD`` by hashing the whole file: 80-86 ms of every process for the 36 MB DuckLake binary (2.7
@@ -39,6 +43,11 @@ RECORD = "verified-extensions.json"
 ENV_COPIED_SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token")
 _CONFIG: dict[str, bool] = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
+# The DuckDB versions lakewrap is built and tested against (pyproject.toml pins duckdb and every
+# duckdb-extension-* wheel to it): the SQL lakewrap renders and the behaviour it relies on were
+# measured on these.
+SUPPORTED_DUCKDB = ("1.5.5",)
+
 # the identities this process has seen DuckDB check (or read from the record), by path
 _verified: dict[str, list[int]] = {}
 _read = False
@@ -62,27 +71,66 @@ def cache_dir() -> Path:
     return Path(base) / "lakewrap"
 
 
+def wheel(name: str) -> str:
+    """The PyPI distribution that ships the extension ``name``."""
+    return f"duckdb-extension-{name.replace('_', '-')}"
+
+
+def check_versions(names: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """The binaries of the extensions ``names``, in loading order, once the versions are checked.
+
+    Raises:
+        ExecutionError: the running DuckDB is not a version lakewrap supports, or an extension's
+            wheel is missing or was built for another DuckDB; the hint is the ``pip install`` that
+            installs the supported versions. Nothing is installed from the network.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    import duckdb
+
+    running = duckdb.__version__
+    ordered = sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
+    if running not in SUPPORTED_DUCKDB:
+        want = SUPPORTED_DUCKDB[-1]
+        raise ExecutionError(
+            f"this is DuckDB {running}; lakewrap supports DuckDB {' or '.join(SUPPORTED_DUCKDB)}",
+            hint="pip install " + " ".join(f"{dist}=={want}" for dist in ("duckdb", *map(wheel, ordered))))
+    out: list[tuple[str, Path]] = []
+    missing: list[str] = []
+    for name in ordered:
+        path = bundled_path(name, running)
+        if path is None:
+            try:
+                found = f"{wheel(name)} {version(wheel(name))} is installed, without a binary for it"
+            except PackageNotFoundError:
+                found = f"{wheel(name)} is not installed"
+            missing.append(f"`{name}` ({found})")
+        else:
+            out.append((name, path))
+    if missing:
+        raise ExecutionError(f"DuckDB {running} needs the extension{'s' if len(missing) > 1 else ''} "
+                             + ", ".join(missing),
+                             hint="pip install " + " ".join(f"{wheel(n)}=={running}" for n in ordered))
+    return out
+
+
 def connect(names: tuple[str, ...]) -> Any:
     """A new in-memory DuckDB connection with the extensions ``names`` loaded.
 
     Raises:
-        ExecutionError: an extension cannot be loaded (its binary is missing, does not match the
-            running DuckDB, or fails DuckDB's signature check); the hint names the wheel to install.
+        ExecutionError: DuckDB or an extension is not a version lakewrap supports
+            (:func:`check_versions`), or an extension cannot be loaded (it fails DuckDB's signature
+            check); the hint names the wheel to install.
     """
+    return connect_binaries(check_versions(names))
+
+
+def connect_binaries(binaries: list[tuple[str, Path]]) -> Any:
+    """:func:`connect` for given binaries, in loading order."""
     import duckdb
 
-    ordered = sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
-    binaries = [(name, bundled_path(name, duckdb.__version__)) for name in ordered]
-    return connect_binaries(binaries)
-
-
-def connect_binaries(binaries: list[tuple[str, Path | None]]) -> Any:
-    """:func:`connect` for given binaries, in loading order (``None``: DuckDB's own ``INSTALL``)."""
-    import duckdb
-
-    identities = {str(path): _identity(path) for _, path in binaries if path is not None}
-    checked = all(path is not None for _, path in binaries) and all(
-        ident is not None and _known(path, ident) for path, ident in identities.items())
+    identities = {str(path): _identity(path) for _, path in binaries}
+    checked = all(ident is not None and _known(path, ident) for path, ident in identities.items())
     config: dict[str, str | bool | int | float | list[str]] = {**_CONFIG, "allow_unsigned_extensions": checked}
     con = duckdb.connect(config=config)
     try:
@@ -105,19 +153,15 @@ def connect_binaries(binaries: list[tuple[str, Path | None]]) -> Any:
     return con
 
 
-def _load(con: Any, name: str, path: Path | None) -> None:
+def _load(con: Any, name: str, path: Path) -> None:
     import duckdb
 
     try:
-        if path is not None:
-            con.execute(sql.load_extension(str(path), is_path=True))
-        else:
-            con.execute(sql.install_extension(name))
-            con.execute(sql.load_extension(name, is_path=False))
+        con.execute(sql.load_extension(str(path), is_path=True))
     except duckdb.Error as exc:
         raise ExecutionError(
             f"cannot load the DuckDB extension `{name}`: {str(exc).splitlines()[0]}",
-            hint=f"pip install duckdb-extension-{name.replace('_', '-')}=={duckdb.__version__}",
+            hint=f"pip install {wheel(name)}=={duckdb.__version__}",
         ) from None
 
 

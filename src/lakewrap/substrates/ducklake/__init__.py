@@ -15,13 +15,14 @@ from lakewrap.substrates.protocol import Substrate
 if TYPE_CHECKING:
     from lakewrap.compilers.base import Compiler
     from lakewrap.config import ProjectConfig
-    from lakewrap.execute.executor import Executor, Result
+    from lakewrap.execute.executor import Result
     from lakewrap.execute.lake import Lake
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
     from lakewrap.spec import ModelSpec
     from lakewrap.substrates.ducklake.feed import DuckLakeFeed
     from lakewrap.substrates.ducklake.maintain import DuckLakeMaintainer
+    from lakewrap.substrates.ducklake.materialize import Executor
 
 
 class DuckLake(Substrate):
@@ -39,8 +40,8 @@ class DuckLake(Substrate):
 
     def materializer(self, lake: Lake, run_id: str, folder: Path, *, policy: RetryPolicy | None = None,
                      strict: bool = False) -> Executor:
-        from lakewrap.execute.executor import Executor
         from lakewrap.execute.retry import RetryPolicy
+        from lakewrap.substrates.ducklake.materialize import Executor
 
         return Executor(lake, run_id, folder, policy=policy or RetryPolicy(), strict=strict)
 

@@ -14,7 +14,7 @@ from lakewrap.substrates.protocol import Substrate
 if TYPE_CHECKING:
     from lakewrap.compilers.base import Compiler
     from lakewrap.config import ProjectConfig
-    from lakewrap.execute.executor import Result
+    from lakewrap.execute.executor import Materializer, Result
     from lakewrap.execute.iceberg import IcebergLake
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
@@ -39,10 +39,11 @@ class Iceberg(Substrate):
         return IcebergLake.open(root, config=config, read_only=read_only)
 
     def materializer(self, lake: IcebergLake, run_id: str, folder: Path, *, policy: RetryPolicy | None = None,
-                     strict: bool = False) -> Any:
-        from lakewrap.execute.iceberg_commit import IcebergExecutor
+                     strict: bool = False) -> Materializer:
+        from lakewrap.execute.retry import RetryPolicy
+        from lakewrap.substrates.iceberg.commit import IcebergExecutor
 
-        return IcebergExecutor(lake, run_id, folder, strict=strict)
+        return IcebergExecutor(lake, run_id, folder, policy=policy or RetryPolicy(), strict=strict)
 
     def plan_step(self, lake: IcebergLake, con: Any, spec: ModelSpec, partition: str | None, now: datetime) -> Plan:
         from lakewrap.iceberg_run import plan_model
@@ -81,10 +82,11 @@ class IcebergSql(Iceberg):
         return IcebergSqlCompiler()
 
     def materializer(self, lake: IcebergLake, run_id: str, folder: Path, *, policy: RetryPolicy | None = None,
-                     strict: bool = False) -> Any:
-        from lakewrap.execute.iceberg_sql import IcebergSqlExecutor
+                     strict: bool = False) -> Materializer:
+        from lakewrap.execute.retry import RetryPolicy
+        from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
 
-        return IcebergSqlExecutor(lake, run_id, folder, strict=strict)
+        return IcebergSqlExecutor(lake, run_id, folder, policy=policy or RetryPolicy(), strict=strict)
 
     def feed(self, lake: IcebergLake, con: Any) -> IcebergFeed:
         from lakewrap.substrates.iceberg.feed import IcebergSqlFeed

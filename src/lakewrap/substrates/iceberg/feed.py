@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lakewrap.execute.iceberg_commit import COMPACT, MAINTAIN_KEY
 from lakewrap.stale import Latest, registered, rows_touched
+from lakewrap.substrates.iceberg.summary import COMPACT, MAINTAIN_KEY
 
 if TYPE_CHECKING:
     from lakewrap.compilers.stale import WindowFilter

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from lakewrap.config import MaintainConfig
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.execute.iceberg_commit import COMPACT, MAINTAIN_KEY
 from lakewrap.maintain import MaintainReport, TableFiles, choose_expired
+from lakewrap.substrates.iceberg.summary import COMPACT, MAINTAIN_KEY
 
 if TYPE_CHECKING:
     from lakewrap.config import ProjectConfig

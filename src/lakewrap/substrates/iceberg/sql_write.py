@@ -1,4 +1,6 @@
-"""One materialization on Iceberg, write path ``sql``: DuckDB writes through the REST catalog.
+"""Iceberg's materializer on the ``sql`` write path: DuckDB writes through the REST catalog; the
+attempts, retries and the result are the shared loop's (:class:`lakewrap.execute.executor.Materializer`),
+the connection is :func:`lakewrap.substrates.iceberg.sql_connect.connect`'s.
 
 The protocol (docs/design.md, "Transaction protocol"; docs/iceberg.md):
 
@@ -24,15 +26,10 @@ The protocol (docs/design.md, "Transaction protocol"; docs/iceberg.md):
 from __future__ import annotations
 
 import json
-import random
 import re
-import time
 import uuid
-from collections.abc import Callable
-from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from lakewrap import __version__
@@ -42,11 +39,10 @@ from lakewrap.compilers import lake as sql
 from lakewrap.compilers import schema as schema_sql
 from lakewrap.compilers.artifacts import STAGE, CompiledPlan, CompiledStatement, SchemaCheck
 from lakewrap.errors import ExecutionError, TransientExecutionError
-from lakewrap.execute import checks, extensions, locate, sandbox
-from lakewrap.execute.executor import Result, emptied
-from lakewrap.execute.iceberg import TOKEN_ENV, IcebergLake
+from lakewrap.execute import checks, sandbox
+from lakewrap.execute.executor import Job, Materializer, Result, Tally, emptied
+from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.log import StatementLog
-from lakewrap.execute.retry import RetryPolicy
 from lakewrap.provenance_record import params_of
 
 # What DuckDB 1.5.5 reports when the REST catalog refused the transaction's requirements (a
@@ -54,7 +50,10 @@ from lakewrap.provenance_record import params_of
 CONFLICT = ("Conflict_409", "CommitFailedException", "TableAlreadyExistsError", "already exists")
 # ... or could not be reached / answered 5xx (DuckDB's HTTP client has retried already)
 UNAVAILABLE = re.compile(r"_5\d\d\b|HTTP 5\d\d\b|Could not connect|Connection")
-TOKEN_SECRET = "lakewrap_iceberg_token"
+# Iceberg's row-level write modes by the effect of a statement; DuckDB 1.5.5 writes all of them
+# merge-on-read (see refuse_copy_on_write)
+WRITE_MODES = {"delete": "write.delete.mode", "update": "write.update.mode", "merge": "write.merge.mode"}
+COPY_ON_WRITE = "copy-on-write"
 # DuckDB 1.5.5's error when an ALTER numbers its new schema with an id the table has (see renewal)
 SCHEMA_ID_TAKEN = "but this already exists in the table"
 
@@ -62,47 +61,6 @@ SCHEMA_ID_TAKEN = "but this already exists in the table"
 class Conflict(TransientExecutionError):
     """The commit failed (a 409 conflict, a 5xx or lost connection) and the attempt's commit id is not
     in the state table: it certainly did not land, so the whole transaction may be retried."""
-
-
-def connect(lake: IcebergLake) -> Any:
-    """A DuckDB connection with the REST catalog attached as ``ice``.
-
-    S3 credentials go into a DuckDB S3 secret and a bearer token (``LAKEWRAP_ICEBERG_TOKEN``) into
-    an Iceberg secret; the statements creating them are never logged, and their values are
-    redacted from every error.
-    """
-    import os
-
-    rest = lake.config.rest
-    if rest is None or lake.config.write_path != "sql":
-        raise ExecutionError("write_path = \"sql\" needs catalog = \"rest\"", hint="see docs/iceberg.md")
-    con = extensions.connect(("avro", "iceberg", "httpfs"))
-    try:
-        con.execute(sql.set_option("TimeZone", "UTC", everywhere=True))
-        if lake.config.is_s3:
-            lake._s3_secret(con)
-        token = os.environ.get(TOKEN_ENV)
-        if token:
-            lake.secrets.append(token)
-            try:
-                con.execute(isql.token_secret(TOKEN_SECRET, token))
-            except Exception as exc:  # the statement holds the token: never show it
-                raise ExecutionError(f"cannot configure the REST token: {lake.redact(str(exc)).splitlines()[0]}") \
-                    from None
-        # The catalog's warehouse name (`[lake.rest] warehouse`), never the storage location: DuckDB
-        # 1.5.5 attaches an `s3://...` name read-only.
-        warehouse = rest.warehouse or ""
-        try:
-            con.execute(isql.attach(warehouse, rest.uri, TOKEN_SECRET if token else None))
-        except Exception as exc:
-            raise ExecutionError(f"cannot attach the Iceberg REST catalog: {lake.redact(str(exc)).splitlines()[0]}",
-                                 hint="check [lake.rest] uri in lakewrap.toml and that the catalog is reachable") \
-                from None
-        sandbox.lock(con, None)  # data files go where the REST catalog says (docs/security.md)
-    except Exception:
-        con.close()
-        raise
-    return con
 
 
 def renewal(table: Any, dropped: list[str]) -> str | None:
@@ -132,6 +90,26 @@ def renewal(table: Any, dropped: list[str]) -> str | None:
     return kept[0] if kept else None
 
 
+def refuse_copy_on_write(table: Any, compiled: CompiledPlan, refresh: bool) -> None:
+    """Refuse a plan that deletes, updates or merges rows of a table whose Iceberg write mode for
+    that operation is ``copy-on-write``: DuckDB 1.5.5 writes every ``DELETE``, ``UPDATE`` and
+    ``MERGE`` merge-on-read (positional delete files beside the untouched data files), which such a
+    table's owner asked not to get. A table without the property is written as DuckDB writes."""
+    effects = {st.effect for st in compiled.statements if st.effect in WRITE_MODES}
+    if refresh:  # --full-refresh deletes every row first
+        effects.add("delete")
+    for effect in ("delete", "update", "merge"):
+        key = WRITE_MODES[effect]
+        if effect in effects and table.properties.get(key) == COPY_ON_WRITE:
+            raise ExecutionError(
+                f"{compiled.path}: the Iceberg table {compiled.target} has {key} = {COPY_ON_WRITE}, and "
+                f"write_path = \"sql\" writes a {effect.upper()} merge-on-read (DuckDB adds delete files); "
+                "nothing was written",
+                hint=f"set the table's {key} to merge-on-read (pyiceberg: `with table.transaction() as tx: "
+                     f"tx.set_properties({{'{key}': 'merge-on-read'}})`), or write it with "
+                     "write_path = \"pyiceberg\", which rewrites the data files")
+
+
 def conflicted(exc: BaseException) -> bool:
     """A refusal by the catalog (409), or a server or connection failure (5xx, unreachable): once the
     state table shows the attempt did not land, retrying the whole transaction is safe."""
@@ -140,75 +118,33 @@ def conflicted(exc: BaseException) -> bool:
 
 
 @dataclass
-class IcebergSqlExecutor:
-    """Runs compiled ``iceberg-sql`` plans for one run id on a connection from :func:`connect`."""
+class IcebergSqlExecutor(Materializer):
+    """Runs compiled ``iceberg-sql`` plans for one run id on a connection from
+    :func:`~lakewrap.substrates.iceberg.sql_connect.connect`."""
 
     lake: IcebergLake
-    run_id: str
-    log_dir: Path
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
-    strict: bool = False
-    rng: random.Random = field(default_factory=random.Random)
-    sleep: Callable[[float], None] = time.sleep
-    # test hook: called with the connection just before COMMIT (the transaction is open)
-    before_commit: Callable[[Any], None] | None = None
 
-    def materialize(self, con: Any, compiled: CompiledPlan, *, reads: tuple[str, ...] = (),
-                    drop_first: bool = False, inputs: dict[str, Any] | None = None,
-                    provenance: dict[str, Any] | None = None) -> Result:
-        """Execute ``compiled``; a failure is returned as a ``failed`` :class:`Result`, nothing written.
-        ``provenance`` is recorded in the state row (a restore names the run and snapshot it restored)."""
-        started = time.perf_counter()
-        window = compiled.window
-        result = Result(model=compiled.path, target=compiled.target, partition=window.value if window else None,
-                        strategy=compiled.strategy, status="failed", sql_sha256=compiled.sql_sha256)
-        log = StatementLog(self.log_dir, compiled, self.lake.redact)
-        try:
-            # the user's SQL, on DuckDB's parse; no file reads: the REST catalog decides where files are
-            sandbox.check_plan(compiled, files=False)
-            for name, data in (inputs or {}).items():
-                con.register(name, data)
-            for attempt in range(1, self.policy.attempts + 1):
-                result.attempts = attempt
-                tried = time.perf_counter()
-                try:
-                    self._attempt(con, compiled, reads, result, log, attempt, drop_first, provenance)
-                    break
-                except Exception as exc:
-                    self._rollback(con, log)
-                    result.attempt_errors.append({
-                        "attempt": attempt, "seconds": round(time.perf_counter() - tried, 6),
-                        "error_class": type(exc).__name__,
-                        "error": self.lake.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else ""),
-                    })
-                    result.rows_inserted = result.rows_updated = result.rows_deleted = 0
-                    result.warnings.clear()
-                    if not isinstance(exc, Conflict) or attempt == self.policy.attempts:
-                        raise
-                    delay = self.policy.delay(attempt, self.rng)
-                    log.note(f"attempt {attempt} conflicted and did not land; retrying in {delay:.3f}s")
-                    self.sleep(delay)
-        except Exception as exc:  # a LakewrapError or a DuckDB/pyiceberg error: located on the model file
-            result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
-            result.error_class = type(exc).__name__
-        finally:
-            for name in inputs or {}:
-                with suppress(Exception):  # already gone
-                    con.unregister(name)
-            result.seconds = time.perf_counter() - started
-            result.warnings = [self.lake.redact(w) for w in result.warnings]
-            log.close(result.status, result.error)
-        return result
+    # --- the loop's hooks -----------------------------------------------------------------------
+
+    def check(self, compiled: CompiledPlan) -> None:
+        # the user's SQL, on DuckDB's parse; no file reads: the REST catalog decides where files are
+        sandbox.check_plan(compiled, files=False)
+
+    def retryable(self, exc: BaseException) -> bool:
+        return isinstance(exc, Conflict)
 
     # --- one attempt ----------------------------------------------------------------------------
 
-    def _attempt(self, con: Any, compiled: CompiledPlan, reads: tuple[str, ...], result: Result,
-                 log: StatementLog, attempt: int, refresh: bool, provenance: dict[str, Any] | None = None) -> None:
+    def attempt(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int) -> None:
+        compiled, refresh = job.compiled, job.drop_first
         statements = list(compiled.statements)
+        table = self.lake.load(compiled.target)
+        if table is not None:  # before anything runs: a refusal writes nothing
+            refuse_copy_on_write(table, compiled, refresh)
         try:
             while statements and statements[0].role == "setup":  # before BEGIN, each committed on its own
-                self._execute(con, statements.pop(0), log)
-            if self.lake.load(compiled.target) is None:
+                self.execute(con, statements.pop(0), log)
+            if table is None and self.lake.load(compiled.target) is None:
                 self._create(con, statements, log)
         except Exception as exc:
             # Idempotent steps (IF NOT EXISTS) that a concurrent writer got to first: nothing of this
@@ -218,9 +154,8 @@ class IcebergSqlExecutor:
             raise
         started_at = datetime.now(timezone.utc)
         commit_id = uuid.uuid4().hex
-        pins = {name: self._snapshot(name) for name in reads if name != compiled.target}
-        inserted = updated = deleted = 0
-        stage_rows: int | None = None
+        pins = {name: self._snapshot(name) for name in job.reads if name != compiled.target}
+        tally = Tally()
         log.run(con, sql.BEGIN)
         base = self._current(con, compiled.target, log)
         if refresh:  # --full-refresh: computed as a first run, in the same transaction
@@ -240,21 +175,17 @@ class IcebergSqlExecutor:
                                          self._schema(con, check, compiled, log))
                 compare = False
             if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
-                outcome = checks.run_test(con, st, log, compiled.path)
-                outcomes.append(outcome)
-                result.tests.append(outcome.to_dict())
-                if outcome.status == "warn":
-                    result.warnings.append(outcome.summary())
+                self.run_test(con, st, result, log, outcomes)
                 continue
             if st.note == isql.STATE_NOTE:
                 if (failed := checks.failure(outcomes)) is not None:
                     raise failed
-                if compiled.strategy == "snapshot" and inserted == updated == deleted == 0:
+                if compiled.strategy == "snapshot" and tally.unchanged:
                     log.run(con, sql.ROLLBACK)
                     result.status = "unchanged"
                     log.note("no version changed: nothing to commit")
                     return
-                if warning := emptied(compiled.path, stage_rows, inserted, deleted, self.strict):
+                if warning := emptied(compiled.path, tally.stage_rows, tally.inserted, tally.deleted, self.strict):
                     result.warnings.append(warning)
                 window = compiled.window
                 state = {
@@ -265,7 +196,7 @@ class IcebergSqlExecutor:
                     "watermark": datetime.fromisoformat(window.end) if window and window.kind == "dynamic" else None,
                     "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256,
                     "pins": json.dumps(pins, sort_keys=True), "base_snapshot": base,
-                    "rows_inserted": inserted, "rows_updated": updated, "rows_deleted": deleted,
+                    "rows_inserted": tally.inserted, "rows_updated": tally.updated, "rows_deleted": tally.deleted,
                     "full_refresh": refresh, "started_at": started_at, "attempt": attempt,
                     "lakewrap_version": __version__,
                     "tests": json.dumps([{k: t.to_dict()[k] for k in ("name", "severity", "line", "status", "failures")}
@@ -275,36 +206,21 @@ class IcebergSqlExecutor:
                     "statements": json.dumps([s.dump(exclude={"params"})
                                               for s in compiled.statements]),
                     "schema_changes": json.dumps(result.schema_changes),
-                    "provenance": json.dumps(provenance or {}, sort_keys=True),
+                    "provenance": json.dumps(job.provenance, sort_keys=True),
                 }
                 log.run(con, st.sql, {isql.STATE_PREFIX + k: v for k, v in state.items()}, role=st.role)
                 continue
-            before = self._count(con, compiled.target, log) if st.effect == "merge" else 0
-            cursor = self._execute(con, st, log)
-            if st.effect is None:
-                continue
-            n = int(cursor.fetchone()[0])
-            match st.effect:
-                case "stage":  # the stage of the SELECT's rows: its CREATE TABLE AS counts them
-                    stage_rows = n
-                case "insert":
-                    inserted += n
-                case "delete":
-                    deleted += 0 if compiled.strategy == "table" else n  # a rebuild counts what it wrote
-                case "update":
-                    updated += n
-                case "merge":
-                    grown = self._count(con, compiled.target, log) - before
-                    inserted += grown
-                    updated += n - grown
-        result.rows_inserted, result.rows_updated, result.rows_deleted = inserted, updated, deleted
+            # a rebuild counts what it wrote, not the rows its DELETE removed
+            self.counted(con, st, log, tally, lambda: self._count(con, compiled.target, log),
+                         count_deletes=compiled.strategy != "table")
+        tally.fill(result)
         if self.before_commit is not None:
             self.before_commit(con)
         log.note(f"commit {commit_id}")
         try:
             log.run(con, sql.COMMIT)
         except Exception as exc:
-            self._rollback(con, log)
+            self.rollback(con, log)
             # Whatever the error, look for this attempt's state row before anything is retried.
             landed = self._landed(con, compiled.target, commit_id, log)
             if landed is None:
@@ -334,7 +250,7 @@ class IcebergSqlExecutor:
         for st in statements:
             if st.role == "write":
                 break
-            self._execute(con, st, log)
+            self.execute(con, st, log)
         log.run(con, sql.COMMIT)
 
     def _schema(self, con: Any, check: SchemaCheck, compiled: CompiledPlan, log: StatementLog) -> list[str]:
@@ -401,10 +317,6 @@ class IcebergSqlExecutor:
 
     # --- helpers --------------------------------------------------------------------------------
 
-    def _execute(self, con: Any, st: CompiledStatement, log: StatementLog) -> Any:
-        params = {k: v.python() for k, v in st.params.items()}
-        return log.run(con, st.sql, params or None, role=st.role)
-
     def _count(self, con: Any, target: str, log: StatementLog) -> int:
         return int(log.run(con, isql.count_rows(target)).fetchone()[0])
 
@@ -413,7 +325,7 @@ class IcebergSqlExecutor:
         try:
             row = log.run(con, isql.latest_snapshot(target)).fetchone()
         except Exception:  # no such table yet (iceberg_snapshots then reads its argument as a path)
-            self._rollback(con, log)  # the failed statement aborted the transaction: start it again
+            self.rollback(con, log)  # the failed statement aborted the transaction: start it again
             log.run(con, sql.BEGIN)
             return None
         return int(row[0]) if row is not None else None
@@ -435,10 +347,10 @@ class IcebergSqlExecutor:
                 return bool(row and row[0])
             except Exception as exc:
                 log.note(f"looking up commit {commit_id} failed: {str(exc).splitlines()[0]}")
-                self._rollback(con, log)
+                self.rollback(con, log)
         return None
 
-    def _rollback(self, con: Any, log: StatementLog) -> None:
+    def rollback(self, con: Any, log: StatementLog) -> None:
         try:
             log.run(con, sql.ROLLBACK)
         except Exception as exc:  # no transaction open
