@@ -17,7 +17,7 @@ import sqlglot
 
 from lakewrap.compile import compile_project
 from lakewrap.compilers.artifacts import CompiledPlan
-from lakewrap.config import LakeConfig
+from lakewrap.config import IcebergLakeConfig
 from lakewrap.errors import UnsupportedError
 from lakewrap.output import plan_sql
 from test_golden import CASES, GOLDEN, NOW, PARTITIONS, PROJECT
@@ -79,7 +79,7 @@ def source_lake(root: Path) -> Any:
 
     from lakewrap.execute.iceberg import IcebergLake
 
-    lake = IcebergLake(root, LakeConfig(substrate="iceberg", catalog="sql"))
+    lake = IcebergLake(root, IcebergLakeConfig(catalog="sql"))
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     for statement in sqlglot.parse((PROJECT / "sources.sql").read_text(), read="duckdb"):

@@ -22,7 +22,7 @@ import sqlglot
 
 from lakewrap.compile import compile_project
 from lakewrap.compilers.artifacts import CompiledPlan
-from lakewrap.config import LakeConfig, RestConfig
+from lakewrap.config import IcebergLakeConfig, RestConfig
 from lakewrap.errors import UnsupportedError
 from lakewrap.output import plan_sql
 from test_golden import CASES, GOLDEN, NOW, PARTITIONS, PROJECT
@@ -89,7 +89,7 @@ def rest_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     backing = source_lake(root)  # the golden sources, in the SqlCatalog the adapter serves
     with ExitStack() as stack:
         uri = stack.enter_context(serve(backing.catalog()))
-        config = LakeConfig(substrate="iceberg", catalog="rest", write_path="sql", rest=RestConfig(uri=uri))
+        config = IcebergLakeConfig(catalog="rest", write_path="sql", rest=RestConfig(uri=uri))
         yield IcebergLake(root, config)
 
 

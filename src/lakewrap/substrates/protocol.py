@@ -28,6 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from lakewrap.config import SubstrateConfig
+
 if TYPE_CHECKING:
     from lakewrap.compilers.base import Capabilities, Compiler
     from lakewrap.config import LakeConfig, ProjectConfig
@@ -43,7 +45,9 @@ class LakeHandle(Protocol):
     """An opened lake: where it is and how to reach it. No connection is open until :meth:`connect`."""
 
     root: Path
-    config: LakeConfig
+
+    @property
+    def config(self) -> LakeConfig: ...
 
     @property
     def alias(self) -> str: ...
@@ -67,6 +71,10 @@ class Substrate:
     """One kind of lake. Subclasses set :attr:`name` and implement the roles."""
 
     name: ClassVar[str]
+    # The record ``[lake]`` is validated into when it names this substrate (``substrate = "<tag>"``):
+    # a :class:`~lakewrap.config.SubstrateConfig` subclass with ``substrate: Literal["<tag>"]`` and
+    # the substrate's own keys. The base takes no key but ``substrate`` (its tag is then ``name``).
+    config_class: ClassVar[type[SubstrateConfig]] = SubstrateConfig
 
     # -- compile side (pure: no database import) --------------------------------------------------
     def compiler(self) -> Compiler:

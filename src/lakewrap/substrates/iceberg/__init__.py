@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakewrap.config import IcebergLakeConfig
 from lakewrap.substrates.protocol import Substrate
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ class Iceberg(Substrate):
     """Iceberg written through pyiceberg (``write_path = "pyiceberg"``, the default)."""
 
     name = "iceberg"
+    config_class = IcebergLakeConfig
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.iceberg import IcebergCompiler
