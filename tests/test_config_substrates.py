@@ -148,3 +148,21 @@ def test_a_substrate_added_through_the_entry_point_validates_its_own_keys(tmp_pa
     # Without the package, the same file names an unknown substrate.
     with pytest.raises(ConfigError, match="no substrate `memory`"):
         lake_of(root, '[lake]\nsubstrate = "memory"\n')
+
+
+def test_a_broken_substrate_package_names_itself(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    dist = site / "lakewrap_broken-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lakewrap-broken\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[lakewrap.substrates]\nbroken = lakewrap_broken:Broken\n")
+    (site / "lakewrap_broken.py").write_text("raise ImportError('no module named lakewrap_broken_dep')\n")
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "lakewrap.toml").write_text('[lake]\ncatalog = "sqlite"\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, env=env,
+                          check=True)
+    assert proc.stdout.startswith("ERROR substrate `broken` failed to load: no module named lakewrap_broken_dep")
+    assert "fix or uninstall the package providing the `lakewrap.substrates` entry point" in proc.stdout
+    assert not (root / config_module.CONFIG_CACHE).exists()

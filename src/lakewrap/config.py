@@ -222,7 +222,12 @@ def config_classes() -> dict[str, type[SubstrateConfig]]:
 
     out: dict[str, type[SubstrateConfig]] = {}
     for name in names():
-        cls = get(name).config_class
+        try:
+            cls = get(name).config_class
+        except Exception as exc:  # a broken package must say which one it is
+            raise ConfigError(f"substrate `{name}` failed to load: {exc}",
+                              hint="fix or uninstall the package providing the `lakewrap.substrates` entry point",
+                              ) from exc
         default = cls.__dataclass_fields__["substrate"].default
         out.setdefault(default if isinstance(default, str) else name, cls)
     return out

@@ -5,6 +5,8 @@ A substrate is one object (:class:`Substrate`); :mod:`lakewrap.substrates.regist
 resume, seed, status, history, query, explain, reproduce, restore, maintain, test, ``run --stale``)
 ask it for a role and never branch on the substrate's name:
 
+- config (:attr:`Substrate.config_class`): the record ``[lake]`` is validated into when it names
+  the substrate (``lakewrap.config`` builds its tagged union from the registry);
 - compiler (:meth:`Substrate.compiler`): the pure compiler; its ``Capabilities`` say what the
   substrate can do;
 - lake handle (:meth:`Substrate.open`): a :class:`LakeHandle` (connect, close, redact, existence);
