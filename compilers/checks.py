@@ -23,13 +23,15 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import CompiledStatement, TestInfo
+from lakewrap.compilers.artifacts import STAGE, CompiledStatement, TestInfo
+from lakewrap.compilers.shape import Shape, naive_bounds
 from lakewrap.errors import Location, ModelError
 from lakewrap.plan import Param, Plan
 from lakewrap.spec import ColumnSpec, SnapshotStrategy, TestSpec
+from lakewrap.sqltext import parameters
 
 if TYPE_CHECKING:
-    from lakewrap.compilers.base import Compiler, Shape
+    from lakewrap.compilers.base import Compiler
 
 SAMPLE_ROWS = 20
 FAILURES = "__lakewrap_failures"
@@ -137,8 +139,6 @@ def _sql_file(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
     if unknown:
         raise ModelError(f"`-- test sql {path}`: unknown parameter ${unknown[0]}", location=where,
                          hint="a test query may use $partition_start, $partition_end and $partition_value")
-    from lakewrap.compilers.base import naive_bounds
-
     out = naive_bounds(tree)
     if compiler.caps.catalog is not None:  # three-part names (Iceberg through DuckDB SQL)
         out = q.in_catalog(out, compiler.caps.catalog)
@@ -205,8 +205,6 @@ def test_statement(rows: exp.Query) -> exp.Select:
 
 def test_shapes(plan: Plan, compiler: Compiler) -> list[Shape]:
     """One ``test`` statement per ``-- test`` line, in file order."""
-    from lakewrap.compilers.base import Shape
-
     out = []
     for test in plan.model.tests:
         name = test_name(test)
@@ -223,8 +221,6 @@ def contract_shapes(plan: Plan, relation: exp.Table, database: str | None) -> li
     """Guards that ``relation`` has exactly the declared columns and types, and no NULL where
     ``not_null`` is declared. ``database`` is where DuckDB lists the relation (``temp`` for the
     stage; None for the lake's current database)."""
-    from lakewrap.compilers.base import Shape
-
     contracts = plan.model.columns
     if not contracts:
         return []
@@ -312,8 +308,6 @@ def attach(plan: Plan, compiler: Compiler, shapes: list[Shape]) -> list[Shape]:
 
     A model without ``-- test`` and ``-- column`` lines gets ``shapes`` back unchanged.
     """
-    from lakewrap.compilers.artifacts import STAGE
-
     if not plan.model.tests and not plan.model.columns:
         return shapes
     out = list(shapes)
@@ -339,8 +333,6 @@ def compile_tests(plan: Plan, compiler: Compiler, fallback: dict[str, Param] | N
     ``plan.binding`` None tests the whole table, whatever the model's partitioning; ``fallback``
     binds the parameters the plan does not (a ``-- test sql`` query's window, then).
     """
-    from lakewrap.sqltext import parameters
-
     available = {**(fallback or {}), **plan.params()}
     out = []
     for shape in test_shapes(plan, compiler):

@@ -32,7 +32,8 @@ from lakewrap.spec import MergeStrategy, SnapshotStrategy
 if TYPE_CHECKING:
     from sqlglot import exp
 
-    from lakewrap.compilers.base import Compiler, Shape
+    from lakewrap.compilers.base import Compiler
+    from lakewrap.compilers.shape import Shape
 
 RESULT = "__lakewrap_result"
 CHECKED = ("delete+insert", "merge", "append", "snapshot")
@@ -51,7 +52,7 @@ def check_for(plan: Plan, compiler: Compiler, shapes: Sequence[Shape]) -> Schema
     spec = plan.model
     if spec.strategy.kind not in CHECKED:
         return None
-    from lakewrap.compilers.base import stages_result
+    from lakewrap.compilers.shape import stages_result
 
     staged = any(stages_result(s) for s in shapes)
     managed: tuple[str, ...] = ()

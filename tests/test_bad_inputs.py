@@ -206,7 +206,7 @@ CASES = [
     Case("toml-unknown-key", ["run"], 1, ["lakewrap.toml:2", "unknown key `lake.catalgo`"],
          write("lakewrap.toml", '[lake]\ncatalgo = "sqlite"\n')),
     Case("toml-unknown-catalog", ["run"], 1,
-         ["lakewrap.toml:2", "lake.catalog", "'duckdb', 'sqlite', 'postgres', 'sql', 'glue' or 'rest'"],
+         ["lakewrap.toml:2", "lake.catalog", "Input should be 'duckdb', 'sqlite' or 'postgres'"],
          write("lakewrap.toml", '[lake]\ncatalog = "mysql"\n')),
     Case("toml-credential-key", ["run"], 1,
          ["lakewrap.toml:4", "must not hold credentials (`secret_access_key`)", "AWS_SECRET_ACCESS_KEY"],

@@ -17,7 +17,7 @@ import sqlglot
 
 from lakewrap.compile import compile_project
 from lakewrap.compilers.artifacts import CompiledPlan
-from lakewrap.config import LakeConfig
+from lakewrap.config import IcebergLakeConfig
 from lakewrap.errors import UnsupportedError
 from lakewrap.output import plan_sql
 from test_golden import CASES, GOLDEN, NOW, PARTITIONS, PROJECT
@@ -28,9 +28,9 @@ REFUSED = ("view_basic", "literal_statements", "merge_predicate")
 RUNNABLE = [c for c in CASES if c not in REFUSED and not (GOLDEN / c / "iceberg.error").exists()]
 
 
-def compile_case(case: str) -> CompiledPlan:
+def compile_case(case: str, substrate: str = "iceberg") -> CompiledPlan:
     (plan,) = compile_project(PROJECT, [f"path:models/golden/{case}.sql"], partition=PARTITIONS.get(case, "2024-01-02"),
-                              now=NOW, use_cache=False, substrate="iceberg")
+                              now=NOW, use_cache=False, substrate=substrate)
     return plan
 
 
@@ -54,10 +54,17 @@ def test_golden_iceberg(case: str, update_golden: bool) -> None:
     assert text == path.read_text(), f"compiled plan differs from {case}/{name}; review, then pytest --update-golden"
 
 
-def test_views_and_literal_models_are_refused_with_a_hint() -> None:
-    for case in REFUSED:
+@pytest.mark.parametrize(("substrate", "refused"), [
+    ("iceberg", list(REFUSED)),
+    # the SQL write path refuses the cases whose golden is an error (test_golden_iceberg_sql)
+    ("iceberg-sql", [c for c in CASES if (GOLDEN / c / "iceberg_sql.error").exists()]),
+])
+def test_views_and_literal_models_are_refused_with_a_hint(substrate: str, refused: list[str]) -> None:
+    """Both Iceberg write paths refuse a view and a literal model at compile time, with a hint."""
+    assert {"view_basic", "literal_statements"} <= set(refused)
+    for case in refused:
         with pytest.raises(UnsupportedError) as info:
-            compile_case(case)
+            compile_case(case, substrate)
         assert info.value.hint and info.value.location is not None
 
 
@@ -79,7 +86,7 @@ def source_lake(root: Path) -> Any:
 
     from lakewrap.execute.iceberg import IcebergLake
 
-    lake = IcebergLake(root, LakeConfig(substrate="iceberg", catalog="sql"))
+    lake = IcebergLake(root, IcebergLakeConfig(catalog="sql"))
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     for statement in sqlglot.parse((PROJECT / "sources.sql").read_text(), read="duckdb"):

@@ -1,11 +1,15 @@
-"""Schema drift under each ``on_schema_change`` mode, and ``-- column`` contracts, on real DuckLakes.
+"""Schema drift under each ``on_schema_change`` mode, and ``-- column`` contracts, on real DuckLakes
+(and, for the tests parametrized over ``substrate``, on real Iceberg lakes too; the tests only
+Iceberg has are in ``test_schema_changes_iceberg``).
 
 Each drift kind measured on DuckDB/DuckLake 1.5.5 (widening, narrowing, reorder of same-typed
 columns, rename, drop, add; see the shared research notes: DuckDB coerces most of them silently)
 is applied to a partitioned delete+insert model between two runs, under each mode. The expected
 table (columns, types, rows) is computed here from the two SELECT lists and the rule table of
 ``docs/schema-changes.md``; a refused change must leave the snapshots and every table's digest as
-they were.
+they were. Iceberg changes a column's type in place only by its promotions (int to long, float to
+double, a decimal's precision), so its ``sync_all_columns`` refuses INTEGER to DOUBLE, which DuckLake
+widens; a refused change must leave every table's metadata location and every file as it was.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from typing import Any
 
 import pytest
 
+from icehouse import IcebergLakehouse
+from icehouse_sql import RestSqlLakehouse
 from lakehouse import UTC, Lakehouse, result_for
 from lakeproject import Inspector
+from test_checks_iceberg import state as iceberg_state
 
 NOW = datetime(2024, 6, 1, tzinfo=UTC)
 MODES = ("fail", "append_new_columns", "sync_all_columns", "ignore")
@@ -88,6 +95,27 @@ def expected(drift: str, mode: str) -> tuple[list[tuple[str, str]], list[dict[st
     return list(types.items()), rows
 
 
+def expected_on(substrate: str, drift: str, mode: str) -> tuple[list[tuple[str, str]], list[dict[str, Any]]] | str:
+    """:func:`expected` on ``substrate``: Iceberg refuses to widen INTEGER to DOUBLE in place."""
+    if substrate != "ducklake" and (drift, mode) == ("widening", "sync_all_columns"):
+        return "Iceberg cannot change a column from INTEGER to DOUBLE in place"
+    return expected(drift, mode)
+
+
+# The lake of each substrate (iceberg-sql: DuckDB's SQL through the REST test adapter).
+LAKES: dict[str, type[Lakehouse]] = {"ducklake": Lakehouse, "iceberg": IcebergLakehouse,
+                                     "iceberg-sql": RestSqlLakehouse}
+
+
+def lake_state(substrate: str, lake: Lakehouse, inspector: Inspector) -> Any:
+    """What a refused change must leave as it was: DuckLake's snapshots and table digests; every
+    Iceberg table's metadata location and every file of the lake."""
+    if substrate == "ducklake":
+        return inspector.state(lake.root)
+    assert isinstance(lake, IcebergLakehouse)
+    return iceberg_state(lake)
+
+
 def model(select: list[tuple[str, str, str]], mode: str) -> str:
     return ("-- materialized incremental\n-- partitioned daily key=day\n"
             f"-- on_schema_change {mode}\n"
@@ -121,20 +149,22 @@ def read(lake: Lakehouse, table: str) -> tuple[list[tuple[str, str]], list[dict[
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("drift", list(DRIFTS))
-def test_drift_under_each_mode(tmp_path: Path, inspector: Inspector, drift: str, mode: str) -> None:
-    lake = Lakehouse(tmp_path, {"sales/items.sql": model(V1, mode)})
+@pytest.mark.parametrize("substrate", list(LAKES))
+def test_drift_under_each_mode(tmp_path: Path, inspector: Inspector, substrate: str, drift: str, mode: str) -> None:
+    """Every substrate, Iceberg on both write paths: the pyiceberg commit, and DuckDB's SQL."""
+    lake = LAKES[substrate](tmp_path, {"sales/items.sql": model(V1, mode)})
     lake.sql(*SOURCE)
     first = result_for(lake.run(partition="2024-01-01", now=NOW), "sales.items")
     assert first.status == "success", first.error
     (tmp_path / "models" / "sales" / "items.sql").write_text(model(DRIFTS[drift], mode))
-    before = inspector.state(tmp_path)
+    before = lake_state(substrate, lake, inspector)
     result = result_for(lake.run(partition="2024-01-02", now=NOW), "sales.items")
-    want = expected(drift, mode)
+    want = expected_on(substrate, drift, mode)
     if isinstance(want, str):
         assert result.status == "failed", (drift, mode)
         assert result.error is not None and want in result.error and "models/sales/items.sql" in result.error
         assert "nothing was written" in result.error
-        assert inspector.state(tmp_path) == before, "a refused schema change wrote something"
+        assert lake_state(substrate, lake, inspector) == before, "a refused schema change wrote something"
         return
     assert result.status == "success", result.error
     columns, rows = read(lake, "sales.items")
@@ -162,8 +192,10 @@ MERGE = ("-- materialized incremental\n-- unique_key id\n-- on_schema_change {mo
          "SELECT {cols}\nFROM raw.items\nWHERE id IN ({ids})\n")
 
 
-def test_merge_add_and_drop_with_append_new_columns(tmp_path: Path) -> None:
-    lake = Lakehouse(tmp_path, {"sales/m.sql": MERGE.format(mode="append_new_columns", cols="id, a, b", ids="1, 2")})
+@pytest.mark.parametrize("substrate", ["ducklake", "iceberg"])
+def test_merge_add_and_drop_with_append_new_columns(tmp_path: Path, substrate: str) -> None:
+    lake = LAKES[substrate](tmp_path, {"sales/m.sql": MERGE.format(mode="append_new_columns", cols="id, a, b",
+                                                                    ids="1, 2")})
     lake.sql(*SOURCE)
     assert lake.run(now=NOW).ok
     # version 2 drops b and adds c, and re-writes id 2 (matched: updated) and id 3 (new: inserted)
@@ -172,6 +204,8 @@ def test_merge_add_and_drop_with_append_new_columns(tmp_path: Path) -> None:
     result = result_for(lake.run(now=NOW), "sales.m")
     assert result.status == "success", result.error
     assert (result.rows_inserted, result.rows_updated) == (1, 1)
+    if substrate == "iceberg":  # the schema change of the pyiceberg commit, as it is reported
+        assert result.schema_changes == ["add column c VARCHAR"]
     columns, rows = read(lake, "sales.m")
     assert [c for c, _ in columns] == ["id", "a", "b", "c"]
     # a matched row keeps the value of a column the result no longer returns; an inserted row has NULL
@@ -196,8 +230,9 @@ SCD2 = ("-- snapshot strategy=check unique_key=id check_cols=all\n-- on_schema_c
 
 
 @pytest.mark.parametrize("mode", ["append_new_columns", "sync_all_columns"])
-def test_scd2_new_column_adds_the_column_and_opens_new_versions(tmp_path: Path, mode: str) -> None:
-    lake = Lakehouse(tmp_path, {"marts/h.sql": SCD2.format(mode=mode, cols="id, a")})
+@pytest.mark.parametrize("substrate", ["ducklake", "iceberg"])
+def test_scd2_new_column_adds_the_column_and_opens_new_versions(tmp_path: Path, substrate: str, mode: str) -> None:
+    lake = LAKES[substrate](tmp_path, {"marts/h.sql": SCD2.format(mode=mode, cols="id, a")})
     lake.sql(*SOURCE)
     assert lake.run(now=NOW).ok
     (tmp_path / "models" / "marts" / "h.sql").write_text(SCD2.format(mode=mode, cols="id, a, b"))

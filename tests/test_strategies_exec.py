@@ -830,7 +830,7 @@ def test_differential_scd2_watermark_keeps_the_whole_source_history(
     """A timestamp snapshot with a watermark on updated_at, over random histories in which every
     change lands inside its run's window (updated_at in (previous now, now]), must keep exactly the
     history the plain-Python whole-source reference computes: the window and the comparison with only
-    the current versions after its start (compilers/base.py) lose nothing then."""
+    the current versions after its start (compilers/strategies.py) lose nothing then."""
     spec = Scd2(("id",), ("id", "v", "updated_at"), "timestamp", updated_at="updated_at")
     model = (snapshot_header(spec).replace("\nSELECT", "\n-- partitioned dynamic key=updated_at\nSELECT", 1)
              + "FROM raw.dim\nWHERE updated_at > $partition_start AND updated_at <= $partition_end\n")

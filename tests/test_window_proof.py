@@ -1,6 +1,6 @@
 """A windowed write skips its stage and guard only when the SELECT provably keeps to the window.
 
-``Compiler.window_proven`` (compilers/base.py) decides from the SELECT's own WHERE. These tests pin
+``Compiler.window_proven`` (compilers/blocks.py) decides from the SELECT's own WHERE. These tests pin
 down which SELECTs qualify, and check on a real lake that the unstaged plans write what a plain
 DuckDB query of the source selects, while every SELECT that does not qualify is still guarded:
 its out-of-window rows are refused and nothing is written.

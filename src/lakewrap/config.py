@@ -20,12 +20,12 @@ import re
 import sys
 from dataclasses import field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union
 
+from lakewrap.config_errors import CONFIG_FILE, find_line, located
 from lakewrap.errors import ConfigError, Location
 from lakewrap.frozen import Frozen, Meta
 
-CONFIG_FILE = "lakewrap.toml"
 DEFAULT_DIR = ".lakewrap"
 _SECRET_WORDS = ("password", "secret", "access_key", "key_id", "token", "credential")
 
@@ -95,63 +95,83 @@ def _no_password(v: str | None) -> str | None:
     return v
 
 
-DUCKLAKE_CATALOGS = ("duckdb", "sqlite", "postgres")
-ICEBERG_CATALOGS = ("sql", "glue", "rest")
+class SubstrateConfig(Frozen):
+    """What every ``[lake]`` table holds: the substrate it names. Each substrate validates its own
+    keys with its config class (:attr:`lakewrap.substrates.protocol.Substrate.config_class`), a
+    subclass whose ``substrate`` is a ``Literal`` of its tag; this base is the config class of a
+    substrate whose ``[lake]`` takes no other key."""
+
+    substrate: str
+
+    # For error messages only: the substrate's name in a sentence, and its key to use instead of
+    # another substrate's (a DuckLake's data_path for Iceberg's warehouse).
+    label: ClassVar[str] = ""
+    instead: ClassVar[dict[str, str]] = {}
 
 
-class LakeConfig(Frozen):
-    """The ``[lake]`` table."""
+class DuckLakeLakeConfig(SubstrateConfig):
+    """``[lake]`` of a DuckLake (``substrate = "ducklake"``, the default)."""
 
-    substrate: Literal["ducklake", "iceberg"] = "ducklake"
-    # DuckLake: duckdb | sqlite | postgres. Iceberg: sql (pyiceberg's SqlCatalog on SQLite) | glue | rest.
-    # Left out, each substrate takes its embedded default (duckdb, sql).
-    catalog: Literal["duckdb", "sqlite", "postgres", "sql", "glue", "rest"] = "duckdb"
+    substrate: Literal["ducklake"] = "ducklake"
+    catalog: Literal["duckdb", "sqlite", "postgres"] = "duckdb"
     path: str | None = None  # duckdb/sqlite catalog file, relative to the project
     dsn: Annotated[str | None, Meta(check=_no_password)] = None  # postgres: libpq key=value or URI, no password
     data_path: str | None = None  # local folder (relative to the project) or s3://bucket/prefix/
     alias: Annotated[str, Meta(check=_identifier)] = "lake"
     data_inlining_row_limit: Annotated[int | None, Meta(ge=0)] = None
     s3: S3Config | None = None
-    # Iceberg only
-    warehouse: str | None = None  # local folder (relative to the project) or s3://bucket/prefix
-    write_path: Literal["pyiceberg", "sql"] = "pyiceberg"
-    glue: GlueConfig | None = None
-    rest: RestConfig | None = None
+
+    label: ClassVar[str] = "DuckLake"
+    instead: ClassVar[dict[str, str]] = {"warehouse": "data_path"}
 
     def __post_init__(self) -> None:
-        if self.substrate == "iceberg":
-            self._iceberg_rules()
-        else:
-            self._ducklake_rules()
-        # the embedded defaults of the optional tables
-        if self.is_s3 and self.s3 is None:
-            object.__setattr__(self, "s3", S3Config())
-        if self.catalog == "glue" and self.glue is None:
-            object.__setattr__(self, "glue", GlueConfig())
-
-    def _ducklake_rules(self) -> None:
-        for key in ("warehouse", "glue", "rest"):
-            if getattr(self, key) is not None:
-                raise ValueError(f"{key} only applies to substrate = \"iceberg\"")
-        if self.write_path != "pyiceberg":
-            raise ValueError("write_path only applies to substrate = \"iceberg\"")
-        if self.catalog not in DUCKLAKE_CATALOGS:
-            raise ValueError(f"catalog = \"{self.catalog}\" is an Iceberg catalog; a DuckLake catalog is "
-                             "\"duckdb\", \"sqlite\" or \"postgres\"")
         if self.catalog == "postgres" and not self.dsn:
             raise ValueError("a postgres catalog needs dsn = \"dbname=... host=... port=... user=...\"")
         if self.catalog != "postgres" and self.dsn:
             raise ValueError(f"dsn only applies to catalog = \"postgres\", not \"{self.catalog}\"")
+        if self.is_s3 and self.s3 is None:  # the embedded default of [lake.s3]
+            object.__setattr__(self, "s3", S3Config())
 
-    def _iceberg_rules(self) -> None:
+    @property
+    def is_s3(self) -> bool:
+        return bool(self.data_path and self.data_path.startswith("s3://"))
+
+    @property
+    def write_path(self) -> None:
+        """Iceberg's key, read on any lake by callers that compare it with ``"sql"``: a DuckLake has none."""
+        return None
+
+    def catalog_path(self, root: Path) -> Path:
+        default = {"duckdb": "lake.ducklake", "sqlite": "lake.sqlite", "postgres": ""}[self.catalog]
+        return (root / self.path) if self.path else root / DEFAULT_DIR / default
+
+    def data_location(self, root: Path) -> str:
+        if self.data_path is None:
+            return str(root / DEFAULT_DIR / "data") + "/"
+        if self.is_s3:
+            return self.data_path if self.data_path.endswith("/") else self.data_path + "/"
+        return str(root / self.data_path).rstrip("/") + "/"
+
+
+class IcebergLakeConfig(SubstrateConfig):
+    """``[lake]`` of an Apache Iceberg lake (``substrate = "iceberg"``), on either write path."""
+
+    substrate: Literal["iceberg"] = "iceberg"
+    # sql: pyiceberg's SqlCatalog on SQLite (the embedded default) | glue | rest
+    catalog: Literal["sql", "glue", "rest"] = "sql"
+    path: str | None = None  # the SQLite file of a sql catalog, relative to the project
+    alias: Annotated[str, Meta(check=_identifier)] = "lake"
+    warehouse: str | None = None  # local folder (relative to the project) or s3://bucket/prefix
+    write_path: Literal["pyiceberg", "sql"] = "pyiceberg"
+    s3: S3Config | None = None
+    glue: GlueConfig | None = None
+    rest: RestConfig | None = None
+
+    label: ClassVar[str] = "Iceberg"
+    instead: ClassVar[dict[str, str]] = {"data_path": "warehouse"}
+
+    def __post_init__(self) -> None:
         catalog = self.catalog
-        if catalog not in ICEBERG_CATALOGS:
-            raise ValueError(f"catalog = \"{catalog}\" is a DuckLake catalog; an Iceberg catalog is "
-                             "\"sql\", \"glue\" or \"rest\"")
-        for key in ("dsn", "data_path", "data_inlining_row_limit"):
-            if getattr(self, key) is not None:
-                hint = " (use warehouse)" if key == "data_path" else ""
-                raise ValueError(f"{key} does not apply to substrate = \"iceberg\"{hint}")
         if catalog == "rest" and self.rest is None:
             raise ValueError("a rest catalog needs [lake.rest] with uri = \"http(s)://host:port\"")
         if catalog != "rest" and self.rest is not None:
@@ -167,12 +187,15 @@ class LakeConfig(Frozen):
                              "it needs catalog = \"rest\"")
         if self.s3 is not None and not self.is_s3:
             raise ValueError("[lake.s3] only applies to an s3:// warehouse")
+        # the embedded defaults of the optional tables
+        if self.is_s3 and self.s3 is None:
+            object.__setattr__(self, "s3", S3Config())
+        if catalog == "glue" and self.glue is None:
+            object.__setattr__(self, "glue", GlueConfig())
 
     @property
     def is_s3(self) -> bool:
-        if self.substrate == "iceberg":
-            return bool(self.warehouse and self.warehouse.startswith("s3://"))
-        return bool(self.data_path and self.data_path.startswith("s3://"))
+        return bool(self.warehouse and self.warehouse.startswith("s3://"))
 
     def iceberg_catalog_path(self, root: Path) -> Path:
         """The SQLite file of an Iceberg ``sql`` catalog."""
@@ -186,16 +209,63 @@ class LakeConfig(Frozen):
             return self.warehouse.rstrip("/")
         return (root / self.warehouse).resolve().as_uri()
 
-    def catalog_path(self, root: Path) -> Path:
-        default = {"duckdb": "lake.ducklake", "sqlite": "lake.sqlite", "postgres": ""}[self.catalog]
-        return (root / self.path) if self.path else root / DEFAULT_DIR / default
 
-    def data_location(self, root: Path) -> str:
-        if self.data_path is None:
-            return str(root / DEFAULT_DIR / "data") + "/"
-        if self.is_s3:
-            return self.data_path if self.data_path.endswith("/") else self.data_path + "/"
-        return str(root / self.data_path).rstrip("/") + "/"
+# The tag of a [lake] table that names no substrate.
+DEFAULT_SUBSTRATE = "ducklake"
+
+
+def config_classes() -> dict[str, type[SubstrateConfig]]:
+    """The config class of every substrate this installation knows, by the ``substrate`` tag it takes
+    (Iceberg's two write paths share one; a package's substrate brings its own,
+    :attr:`~lakewrap.substrates.protocol.Substrate.config_class`)."""
+    from lakewrap.substrates.registry import get, names
+
+    out: dict[str, type[SubstrateConfig]] = {}
+    for name in names():
+        try:
+            cls = get(name).config_class
+        except Exception as exc:  # a broken package must say which one it is
+            raise ConfigError(f"substrate `{name}` failed to load: {exc}",
+                              hint="fix or uninstall the package providing the `lakewrap.substrates` entry point",
+                              ) from exc
+        default = cls.__dataclass_fields__["substrate"].default
+        out.setdefault(default if isinstance(default, str) else name, cls)
+    return out
+
+
+def _tag(value: Any) -> Any:
+    """The substrate a ``[lake]`` table (or a validated record) names."""
+    if isinstance(value, dict):
+        return value.get("substrate", DEFAULT_SUBSTRATE)
+    return getattr(value, "substrate", None)
+
+
+class _BySubstrate:
+    """The annotation of ``ProjectConfig.lake``: validated by the config class of the substrate it
+    names (a union tagged on ``substrate`` over the registered substrates, so a package's substrate
+    validates its own keys), decoded from the config cache the same way."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic import Discriminator, Tag
+
+        members = tuple(Annotated[cls, Tag(tag)] for tag, cls in config_classes().items())
+        union = Annotated[Union[members], Discriminator(_tag)]  # type: ignore[valid-type]  # noqa: UP007
+        return handler.generate_schema(union)
+
+    @staticmethod
+    def decode(data: Any) -> Any:
+        if isinstance(data, SubstrateConfig):
+            return data
+        builtin: dict[str, type[SubstrateConfig]] = {"ducklake": DuckLakeLakeConfig, "iceberg": IcebergLakeConfig}
+        tag = _tag(data)
+        cls = builtin.get(tag) or config_classes().get(tag, SubstrateConfig)
+        return cls.decode(data)
+
+
+# ``[lake]``, typed: the built-in substrates' config classes, tagged on ``substrate`` (at run time the
+# registry's, so ``lakewrap.toml`` may name a substrate a package adds; code above the substrates
+# reads only ``substrate`` and hands the rest to :func:`lakewrap.substrates.resolve`).
+LakeConfig = Annotated[DuckLakeLakeConfig | IcebergLakeConfig, _BySubstrate()]
 
 
 class RunConfig(Frozen):
@@ -249,18 +319,10 @@ class SecurityConfig(Frozen):
 class ProjectConfig(Frozen):
     """The whole ``lakewrap.toml``."""
 
-    lake: LakeConfig = field(default_factory=LakeConfig)
+    lake: LakeConfig = field(default_factory=DuckLakeLakeConfig)
     run: RunConfig = field(default_factory=RunConfig)
     maintain: MaintainConfig = field(default_factory=MaintainConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
-
-
-def _find_line(text: str, key: str) -> int | None:
-    """The line of ``key = ...``, or of a table header ``[key]`` / ``[lake.key]``."""
-    for i, line in enumerate(text.splitlines(), 1):
-        if re.match(rf"\s*{re.escape(key)}\s*=", line) or re.match(rf"\s*\[\s*([\w.]+\.)?{re.escape(key)}\s*\]", line):
-            return i
-    return None
 
 
 CONFIG_CACHE = Path("target") / "cache" / "config.json"
@@ -363,26 +425,12 @@ def _validate(raw: bytes) -> ProjectConfig:
             if any(w in key.lower() for w in _SECRET_WORDS):
                 raise ConfigError(
                     f"lakewrap.toml must not hold credentials (`{key}`)",
-                    location=Location(CONFIG_FILE, _find_line(text, key)),
+                    location=Location(CONFIG_FILE, find_line(text, key)),
                     hint="set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or PGPASSWORD in the environment",
                 )
-    if isinstance(lake, dict) and lake.get("substrate") == "iceberg":
-        data["lake"] = {"catalog": "sql", **lake}  # an Iceberg lake's embedded catalog
-
     from pydantic import ValidationError
 
     try:
         return ProjectConfig.validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = [str(p) for p in err["loc"]]
-        key = loc[-1] if loc else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        unknown = err["type"] in ("extra_forbidden", "unexpected_keyword_argument")
-        if unknown:
-            msg = f"unknown key `{'.'.join(loc)}`"
-        raise ConfigError(
-            f"lakewrap.toml: {msg}" if unknown else f"lakewrap.toml: {'.'.join(loc)}: {msg}",
-            location=Location(CONFIG_FILE, _find_line(text, key) if key else None),
-            hint="see docs/configuration.md for the keys of [lake], [run], [maintain] and [security]",
-        ) from None
+        raise located(exc.errors()[0], text, lake if isinstance(lake, dict) else None, config_classes()) from None

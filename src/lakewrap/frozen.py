@@ -155,7 +155,7 @@ def plain(value: Any) -> Any:
 
 
 def _record_decoder(cls: type[Frozen]) -> _Decode:
-    hints = typing.get_type_hints(cls)  # resolves the string annotations; Meta is dropped with Annotated
+    hints = typing.get_type_hints(cls, include_extras=True)  # resolves the string annotations
     fields = [(f.name, _value_decoder(hints[f.name])) for f in dataclasses.fields(cls)]
 
     def decode(data: Any) -> Any:
@@ -168,7 +168,14 @@ def _record_decoder(cls: type[Frozen]) -> _Decode:
 
 
 def _value_decoder(tp: Any) -> _Decode | None:
-    """How to turn the JSON value of type ``tp`` back into its Python value; None: it is that value."""
+    """How to turn the JSON value of type ``tp`` back into its Python value; None: it is that value.
+
+    An ``Annotated`` type is decoded as the type it annotates, unless one of its annotations has a
+    ``decode`` function (a union tagged by something the type cannot name, e.g. ``config.LakeConfig``).
+    """
+    if typing.get_origin(tp) is typing.Annotated:
+        hook = next((m.decode for m in tp.__metadata__ if callable(getattr(m, "decode", None))), None)
+        return hook if hook is not None else _value_decoder(typing.get_args(tp)[0])
     if isinstance(tp, type):
         if issubclass(tp, Frozen):
             return lambda v: tp.decode(v)

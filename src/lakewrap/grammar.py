@@ -426,7 +426,7 @@ def edited_select(text: str, *, bounds: bool, catalog: str | None, rel: str, whe
     """The user's SELECT ``text`` with lakewrap's substitutions made at token positions.
 
     ``bounds``: cast the window bounds a comparison compares with to TIMESTAMP (see
-    ``compilers/base.py``, WINDOW_BOUNDS); ``catalog``: name every ``schema.table`` in that
+    ``compilers/shape.py``, WINDOW_BOUNDS); ``catalog``: name every ``schema.table`` in that
     catalog. DuckDB's tree of the result, the substitutions undone, must equal the tree of
     ``text``.
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakewrap.annotations.header import Header
 from lakewrap.annotations.lexer import Annotation, Arg, split_list
-from lakewrap.annotations.registry import Registry
 from lakewrap.errors import PlanError, choices_hint
 from lakewrap.partitions import Grain, parse_partition, zone
 from lakewrap.spec import ColumnSpec, DynamicPartitioning, TableRef, TestSpec, TimePartitioning
+
+if TYPE_CHECKING:  # the registry calls register_core; this module never needs it at run time
+    from lakewrap.annotations.registry import Registry
 
 # --- argument helpers -----------------------------------------------------------------------------
 

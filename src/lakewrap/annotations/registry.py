@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lakewrap.annotations.keywords import register_core
 from lakewrap.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -114,10 +115,8 @@ def default_registry() -> Registry:
     """The process-wide registry: core keywords plus installed plugins."""
     global _DEFAULT
     if _DEFAULT is None:
-        from lakewrap.annotations import keywords
-
         registry = Registry()
-        keywords.register_core(registry)
+        register_core(registry)
         registry.load_plugins()
         _DEFAULT = registry
     return _DEFAULT

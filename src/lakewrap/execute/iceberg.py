@@ -21,7 +21,7 @@ from typing import Any
 
 from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers import lake as sql
-from lakewrap.config import LakeConfig, ProjectConfig, load_config
+from lakewrap.config import IcebergLakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, NoLake, relpath
 from lakewrap.execute import extensions, sandbox
 from lakewrap.redact import redact
@@ -50,7 +50,7 @@ class IcebergLake:
     """
 
     root: Path
-    config: LakeConfig
+    config: IcebergLakeConfig
     read_only: bool = False
     secrets: list[str] = field(default_factory=list)
     allow_paths: tuple[str, ...] = ()  # [security] allow_paths, absolute (SecurityConfig.directories)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lakewrap.config import LakeConfig, ProjectConfig, load_config
+from lakewrap.config import DuckLakeLakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, NoLake, relpath
 from lakewrap.execute import extensions, sandbox
 from lakewrap.execute import statements as sql
@@ -35,7 +35,7 @@ class Lake:
     """
 
     root: Path
-    config: LakeConfig
+    config: DuckLakeLakeConfig
     read_only: bool = False
     secrets: list[str] = field(default_factory=list)
     allow_paths: tuple[str, ...] = ()  # [security] allow_paths, absolute (SecurityConfig.directories)

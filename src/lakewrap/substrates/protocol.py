@@ -5,6 +5,8 @@ A substrate is one object (:class:`Substrate`); :mod:`lakewrap.substrates.regist
 resume, seed, status, history, query, explain, reproduce, restore, maintain, test, ``run --stale``)
 ask it for a role and never branch on the substrate's name:
 
+- config (:attr:`Substrate.config_class`): the record ``[lake]`` is validated into when it names
+  the substrate (``lakewrap.config`` builds its tagged union from the registry);
 - compiler (:meth:`Substrate.compiler`): the pure compiler; its ``Capabilities`` say what the
   substrate can do;
 - lake handle (:meth:`Substrate.open`): a :class:`LakeHandle` (connect, close, redact, existence);
@@ -32,6 +34,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from lakewrap.config import SubstrateConfig
+
 if TYPE_CHECKING:
     from lakewrap.compilers.base import Capabilities, Compiler
     from lakewrap.config import LakeConfig, ProjectConfig
@@ -48,7 +52,9 @@ class LakeHandle(Protocol):
     """An opened lake: where it is and how to reach it. No connection is open until :meth:`connect`."""
 
     root: Path
-    config: LakeConfig
+
+    @property
+    def config(self) -> LakeConfig: ...
 
     @property
     def alias(self) -> str: ...
@@ -79,6 +85,10 @@ class Substrate:
     """One kind of lake. Subclasses set :attr:`name` and implement the roles."""
 
     name: ClassVar[str]
+    # The record ``[lake]`` is validated into when it names this substrate (``substrate = "<tag>"``):
+    # a :class:`~lakewrap.config.SubstrateConfig` subclass with ``substrate: Literal["<tag>"]`` and
+    # the substrate's own keys. The base takes no key but ``substrate`` (its tag is then ``name``).
+    config_class: ClassVar[type[SubstrateConfig]] = SubstrateConfig
 
     # -- compile side (pure: no database import) --------------------------------------------------
     def compiler(self) -> Compiler:

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakewrap.config import DuckLakeLakeConfig
 from lakewrap.substrates.protocol import Substrate
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 class DuckLake(Substrate):
     name = "ducklake"
+    config_class = DuckLakeLakeConfig
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.ducklake import DuckLakeCompiler

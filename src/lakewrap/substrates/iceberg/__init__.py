@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakewrap.config import IcebergLakeConfig
 from lakewrap.substrates.protocol import Substrate
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ class Iceberg(Substrate):
     """Iceberg written through pyiceberg (``write_path = "pyiceberg"``, the default)."""
 
     name = "iceberg"
+    config_class = IcebergLakeConfig
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.iceberg import IcebergCompiler
