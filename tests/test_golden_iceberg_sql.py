@@ -97,7 +97,7 @@ def rest_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.mark.parametrize("case", RUNNABLE)
 def test_golden_plans_run_through_the_rest_catalog(case: str, rest_lake: Any, tmp_path: Path) -> None:
     from lakewrap.execute.iceberg_sql import IcebergSqlExecutor, connect
-    from lakewrap.iceberg_state import state_rows
+    from lakewrap.substrates.iceberg.state import state_rows
 
     plan = compile_case(case)
     reads = ("raw.orders", "raw.customers", "raw.events")

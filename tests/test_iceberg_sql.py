@@ -29,7 +29,7 @@ from lakewrap.compile import load_project
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.iceberg_sql import IcebergSqlExecutor, connect
 from lakewrap.iceberg_run import materialize_spec, run_iceberg_project
-from lakewrap.iceberg_state import state_rows
+from lakewrap.substrates.iceberg.state import state_rows
 
 UTC = timezone.utc
 NOW = datetime(2024, 6, 1, tzinfo=UTC)

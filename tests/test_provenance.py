@@ -23,7 +23,7 @@ from lakehouse import Lakehouse, at, daily_window, partition
 from lakeproject import Inspector, cli
 from lakewrap.errors import PlanError, SelectionError, StateError, UnsupportedError
 from lakewrap.output import plan_sql
-from lakewrap.provenance import pinned_plan
+from lakewrap.substrates.ducklake.provenance import pinned_plan
 from test_golden import CASES, GOLDEN, PROJECT, compile_case
 
 TYPES = {"id": "INTEGER", "k": "VARCHAR", "amount": "BIGINT", "ts": "TIMESTAMPTZ", "updated_at": "TIMESTAMPTZ"}

@@ -159,7 +159,7 @@ class IcebergFeed:
 
     def latest(self, target: str, whole_table: bool) -> list[Latest]:
         """Each partition's last materialization: its window and its pin of every upstream table."""
-        from lakewrap.iceberg_state import materializations, state_rows
+        from lakewrap.substrates.iceberg.state import materializations, state_rows
 
         found: dict[str | None, Latest] = {}
         if self.lake.config.write_path == "sql":
