@@ -1,8 +1,9 @@
 """The ``lakewrap`` command: a thin layer over the library.
 
-Each command parses its options, calls one library function and prints. One handler maps
-:class:`~lakewrap.errors.LakewrapError` to a red message and an exit code (1: a model or run error;
-2: bad usage); ``--debug`` shows the traceback instead.
+Each command parses its options, calls one library function and prints. One handler
+(:func:`lakewrap.cli_io.handled`) maps :class:`~lakewrap.errors.LakewrapError` to a red message and
+an exit code (1: a model or run error; 2: bad usage); ``--debug`` shows the traceback instead.
+``explain``, ``reproduce`` and ``restore`` live in :mod:`lakewrap.cli_provenance`.
 """
 
 from __future__ import annotations
@@ -433,7 +434,7 @@ def shell_cmd(print_only: bool, project: Path) -> None:
         shell.interact(project, stdin_is_tty=sys.stdin.isatty())
 
 
-from lakewrap.cli_provenance import register  # noqa: E402  (its commands use the helpers above)
+from lakewrap.cli_provenance import register  # noqa: E402  (registered on the group defined above)
 
 register(main)
 

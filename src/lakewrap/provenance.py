@@ -174,7 +174,7 @@ def explain(root: Path, what: str | int) -> list[Materialization]:
 def explain_sql(root: Path, items: list[Materialization]) -> str:
     """``lakewrap explain``'s printout of ``items``, read from the lake at ``root``."""
     found = of_project(root.resolve())
-    with backend(root.resolve()) as records:  # opening a backend reads nothing
+    with backend(root.resolve()) as records:  # the DDL printout reads no further record
         return explain_text(items, found.transcript.setup_before_begin, found.transcript.shows_base,
                             records.explain_ddl)
 

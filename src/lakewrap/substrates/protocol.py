@@ -18,6 +18,8 @@ ask it for a role and never branch on the substrate's name:
 - reads (:meth:`Substrate.query`): one read-only statement for ``lakewrap query``, optionally as of
   a run or snapshot (:class:`lakewrap.provenance.RunOrSnapshot`);
 - tests (:meth:`Substrate.test_session`): the session ``lakewrap test`` runs a model's tests in;
+- shell (:meth:`Substrate.shell_config`): the ``[lake]`` another DuckDB client attaches
+  (``lakewrap shell``), refused where none can;
 - provenance backend (:meth:`Substrate.provenance`): the records ``explain``, ``reproduce``,
   ``restore`` and ``compile --as-of`` read, the replay, the restore plan, the as-of pins
   (:class:`ProvenanceBackend`);

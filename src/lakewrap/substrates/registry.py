@@ -64,6 +64,7 @@ def key(lake: LakeConfig) -> str:
     return lake.substrate
 
 
+@cache
 def of_plan(substrate: str, write_path: str) -> Substrate:
     """The substrate whose compiler wrote a plan (``CompiledPlan.substrate`` and ``.write_path``)."""
     first = _table().get(substrate)

@@ -154,8 +154,9 @@ class DuckLakeProvenance:
         if self._lake is None:
             from lakewrap.execute.lake import Lake
 
-            self._lake = Lake.open(self.root, read_only=True)
-            self._con = self._lake.connect()
+            lake = Lake.open(self.root, read_only=True)
+            self._con = lake.connect()  # a lake never created: NoLake, and nothing to close
+            self._lake = lake
         return self._lake, self._con
 
     def close(self) -> None:
