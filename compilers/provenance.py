@@ -287,8 +287,8 @@ MATERIALIZATION_COLUMNS = ("run_id", "model", "target", "partition_value", "wind
 
 
 def materializations(alias: str, by: str) -> str:
-    """lakewrap's materializations joined to the snapshot that committed each, where ``by`` (``run_id``
-    or ``snapshot_id``) equals ``$value``."""
+    """lakewrap's materializations joined to the snapshot that committed each, where ``by`` (``run_id``,
+    ``target`` or ``snapshot_id``) equals ``$value``, oldest first."""
     cols = [q.col(c, "m") for c in MATERIALIZATION_COLUMNS[:13]]
     cols += [q.col(c, "s") for c in MATERIALIZATION_COLUMNS[13:]]
 
@@ -304,7 +304,7 @@ def materializations(alias: str, by: str) -> str:
     )
     snapshots = q.aliased(exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)), "s")
     source = q.aliased(q.table("lakewrap", "materializations"), "m")
-    where = exp.EQ(this=q.col(by, "m" if by == "run_id" else "s"), expression=q.param("value"))
+    where = exp.EQ(this=q.col(by, "s" if by == "snapshot_id" else "m"), expression=q.param("value"))
     select = (exp.select(*cols, copy=False).from_(source, copy=False)
               .join(q.left_join(snapshots, on), copy=False).where(where, copy=False)
               .order_by(q.col("committed_at", "m"), q.col("target", "m"), q.col("partition_value", "m"), copy=False))

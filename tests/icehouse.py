@@ -168,7 +168,7 @@ class IcebergChecker(Checker):
         self.verify_state(None)
 
     def verify_state(self, con: Any) -> None:
-        from lakewrap.iceberg_state import materializations
+        from lakewrap.substrates.iceberg.state import materializations
 
         live = {t for t, tr in self.tracked.items() if not tr.lost}
         got: Counter[tuple[Any, ...]] = Counter()

@@ -90,7 +90,7 @@ class RestSqlChecker(IcebergChecker):
         return self.shas[target]
 
     def verify_state(self, con: Any) -> None:
-        from lakewrap.iceberg_state import materializations_of
+        from lakewrap.substrates.iceberg.state import materializations_of
 
         live = {t for t, tr in self.tracked.items() if not tr.lost}
         got: Counter[tuple[Any, ...]] = Counter()

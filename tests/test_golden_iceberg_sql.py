@@ -87,9 +87,9 @@ def rest_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", RUNNABLE)
 def test_golden_plans_run_through_the_rest_catalog(case: str, rest_lake: Any, tmp_path: Path) -> None:
-    from lakewrap.iceberg_state import state_rows
     from lakewrap.substrates.iceberg.sql_connect import connect
     from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
+    from lakewrap.substrates.iceberg.state import state_rows
 
     plan = compile_case(case)
     reads = ("raw.orders", "raw.customers", "raw.events")

@@ -26,7 +26,7 @@ import lakewrap
 from lakeproject import QUERIES, Expected, cli, write_project, write_seeds
 from lakewrap.cli import main
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.iceberg_state import materializations_of
+from lakewrap.substrates.iceberg.state import materializations_of
 from servers import S3, free_port, moto_s3  # noqa: F401  (fixtures)
 
 AWS_KEY_ID, AWS_SECRET = "lakewrap-test-key", "lakewrap-test-secret"

@@ -17,7 +17,7 @@ import pytest
 from icehouse import IcebergLakehouse
 from lakehouse import result_for
 from lakewrap.compilers.iceberg import REWRITE_ABOVE
-from lakewrap.iceberg_state import materializations
+from lakewrap.substrates.iceberg.state import materializations
 
 NOW = datetime(2024, 6, 1, tzinfo=timezone.utc)
 MODEL = "-- materialized incremental\n-- unique_key id\nSELECT id, v FROM raw.src\n"

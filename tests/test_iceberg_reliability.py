@@ -26,8 +26,8 @@ from lakewrap.cli import main
 from lakewrap.compile import load_project
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.iceberg_run import materialize_spec, run_iceberg_project
-from lakewrap.iceberg_state import materializations
 from lakewrap.substrates.iceberg.commit import IcebergExecutor
+from lakewrap.substrates.iceberg.state import materializations
 
 UTC = timezone.utc
 NOW = datetime(2024, 6, 1, tzinfo=UTC)

@@ -28,9 +28,9 @@ from lakewrap.cli import main
 from lakewrap.compile import load_project
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.iceberg_run import materialize_spec, run_iceberg_project
-from lakewrap.iceberg_state import state_rows
 from lakewrap.substrates.iceberg.sql_connect import connect
 from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
+from lakewrap.substrates.iceberg.state import state_rows
 
 UTC = timezone.utc
 NOW = datetime(2024, 6, 1, tzinfo=UTC)

@@ -136,7 +136,7 @@ def test_runs_that_changed_the_ddl_reproduce(history: DdlHistory, inspector: Ins
         text = "\n".join(s.extra_info["schema_changes"])
         assert 'DROP COLUMN "k"' in text and 'ALTER COLUMN "amount" SET DATA TYPE BIGINT' in text
         assert f.extra_info["full_refresh"] is True
-    from lakewrap.cli_provenance import _explain_text
+    from lakewrap.provenance import explain_sql
 
-    text = _explain_text([m, s, f])
+    text = explain_sql(history.house.root, [m, s, f])
     assert "on_schema_change" in text and "twice" in text and "--full-refresh" in text

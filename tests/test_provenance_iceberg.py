@@ -20,8 +20,7 @@ import lakewrap
 from icehouse import IcebergLakehouse
 from lakehouse import daily_window, partition
 from lakeproject import cli
-from lakewrap.errors import PlanError, StateError
-from test_provenance import MODELS, V2, V3, WHOLE, History, ev
+from test_provenance import MODELS, V2, V3, WHOLE, History
 
 # Iceberg has no views; sum(BIGINT) is a HUGEINT that Iceberg stores as DECIMAL(38, 0), which the next
 # run's HUGEINT then drifts from: the sums are cast back to BIGINT
@@ -88,26 +87,6 @@ def test_catalog_paths(history: IceHistory) -> None:
     assert "m.di" in state(history.house.root)[0]
 
 
-def test_reproduce_matches_every_strategy_after_a_history(history: IceHistory) -> None:
-    root = history.house.root
-    history.source([ev(9, "z", 999, 0, 3, 3), ev(10, "z", 1, 1, 3, 3)])  # later source changes must not matter
-    before = state(root)
-    seen = set()
-    for run_id, committed in history.runs:
-        report = lakewrap.Project(root).reproduce(run_id)
-        got = {(r.target, r.partition): r for r in report.results}
-        assert {k: r.snapshot_id for k, r in got.items()} == {(r.target, r.partition): r.snapshot_id
-                                                               for r in committed}, run_id
-        for r in report.results:
-            seen.add(r.strategy)
-            assert r.status == "MATCH", r
-            assert r.only_in_reproduction == r.only_in_table == 0 and r.digest_reproduced == r.digest_table
-            assert r.rows_in_table == r.rows_reproduced == len(rows(root, r.target, r.snapshot_id))
-            base = summary(root, r.target, r.snapshot_id)["lakewrap.base_snapshot"]
-            assert r.pin == (int(base) if base else None)
-        assert report.ok
-    assert seen == {"table", "delete+insert", "merge", "append", "snapshot"}
-    assert state(root) == before, "reproduce wrote to the lake"
 
 
 def _tamper_pins(root: Path, name: str, snapshot_id: int, pins: dict[str, int]) -> None:
@@ -134,44 +113,8 @@ def _rewrite_summary(root: Path, name: str, snapshot_id: int, edit: Callable[[di
     con.close()
 
 
-def test_reproduce_mismatch_when_a_pin_is_altered(history: IceHistory) -> None:
-    root = history.house.root
-    first = next(r for r in history.runs[1][1] if r.target == "m.di")  # V1, partition 1
-    run_id = history.runs[3][0]  # V2, partition 1: id 5 appeared in it, id 4 changed
-    res = next(r for r in history.runs[3][1] if r.target == "m.di")
-    code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
-    assert code == 0 and json.loads(out)["results"][0]["status"] == "MATCH"
-    old_pins = json.loads(summary(root, "m.di", first.snapshot_id)["lakewrap.pins"])
-    assert old_pins != json.loads(summary(root, "m.di", res.snapshot_id)["lakewrap.pins"])
-    _tamper_pins(root, "m.di", res.snapshot_id, old_pins)
-    code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
-    (r,) = json.loads(out)["results"]
-    assert code == 1 and r["status"] == "MISMATCH"
-    # at the old pin partition 1 of the source held ids 3, 4 (V1); the table holds 3, 4, 5 (V2), 4 changed;
-    # partition 0 (ids 1, 2) is the same in both
-    assert (r["only_in_reproduction"], r["only_in_table"]) == (1, 2)
 
 
-def test_reproduce_mismatch_when_the_recorded_sql_is_tampered(history: IceHistory) -> None:
-    from lakewrap.provenance_record import decode, encode
-
-    root = history.house.root
-    run_id, committed = history.runs[2]
-    res = next(r for r in committed if r.target == "m.full")
-
-    def tamper(props: dict[str, str]) -> None:
-        payload = decode(props["lakewrap.statements"])
-        before = json.dumps(payload)
-        for st in payload["statements"]:  # the recorded SQL holds the model's SELECT as written
-            st["sql"] = st["sql"].replace("sum(amount)", "sum(amount) + 1")
-        assert json.dumps(payload) != before, "the tamper changed nothing"
-        props["lakewrap.statements"] = encode(payload)
-
-    _rewrite_summary(root, "m.full", res.snapshot_id, tamper)
-    report = lakewrap.Project(root).reproduce(run_id, model="m.full")
-    (r,) = report.results
-    assert r.status == "MISMATCH" and r.only_in_reproduction == r.only_in_table == 3  # keys a, b, c
-    assert not report.ok
 
 
 def test_unrecorded_statements_are_said_not_invented(history: IceHistory) -> None:
@@ -191,78 +134,10 @@ def test_unrecorded_statements_are_said_not_invented(history: IceHistory) -> Non
     assert plan.statements[0].role == "setup" and "snapshot_from_id" in plan.statements[0].sql
 
 
-def test_restore_partition_returns_exact_rows_and_leaves_others(history: IceHistory) -> None:
-    root = history.house.root
-    run_b = history.runs[1][0]  # partition 1 with V1
-    snap_b = next(r.snapshot_id for r in history.runs[1][1] if r.target == "m.di")
-    expected = rows(root, "m.di", snap_b, day=1)
-    assert expected != rows(root, "m.di", day=1), "the history must have changed partition 1"
-    day0 = rows(root, "m.di", day=0)
-    pointers, _ = state(root)
-    snaps_before = {s.snapshot_id for s in table(root, "m.di").snapshots()}
-
-    out = lakewrap.Project(root).restore("m.di", partition=partition(1), to_run=run_b)
-
-    assert rows(root, "m.di", day=1) == expected
-    assert rows(root, "m.di", day=0) == day0
-    after, _ = state(root)
-    assert {k: v for k, v in after.items() if k != "m.di"} == {k: v for k, v in pointers.items() if k != "m.di"}
-    new = [s for s in table(root, "m.di").snapshots() if s.snapshot_id not in snaps_before]
-    # one atomic commit: pyiceberg's overwrite adds its delete and its append snapshot together
-    commits = {s.summary.additional_properties["lakewrap.commit_id"] for s in new}
-    assert len(commits) == 1 and out.result.snapshot_id == new[-1].snapshot_id
-    props = summary(root, "m.di", out.result.snapshot_id)
-    assert (props["lakewrap.run_id"], props["lakewrap.strategy"], props["lakewrap.partition"]) == (
-        out.run_id, "restore", partition(1))
-    assert json.loads(props["lakewrap.restored_from"]) == {"snapshot": snap_b, "run_id": run_b}
-    # the restore is itself a materialization: explain names it, reproduce rebuilds it
-    (m,) = lakewrap.Project(root).explain(out.result.snapshot_id)
-    assert (m.run_id, m.strategy, m.partition) == (out.run_id, "restore", partition(1))
-    (r,) = lakewrap.Project(root).reproduce(out.run_id).results
-    assert r.status == "MATCH", r
 
 
-def test_restore_whole_table_to_snapshot_and_dry_run(history: IceHistory) -> None:
-    root = history.house.root
-    snap = next(r.snapshot_id for r in history.runs[2][1] if r.target == "m.scd")
-    expected = rows(root, "m.scd", snap)
-    assert expected != rows(root, "m.scd")
-    before = state(root)
-    code, out, err = cli("restore", "m.scd", "--to-snapshot", str(snap), "--dry-run", "--project", str(root))
-    assert code == 0, err
-    assert "__lakewrap_restore_source" in out and "pyiceberg overwrite m.scd: delete where TRUE" in out
-    assert state(root) == before, "--dry-run wrote to the lake"
-    code, out, err = cli("restore", "m.scd", "--to-snapshot", str(snap), "--project", str(root))
-    assert code == 0, err
-    assert rows(root, "m.scd") == expected
 
 
-def test_explain_snapshot_and_run(history: IceHistory) -> None:
-    root = history.house.root
-    run_id, committed = history.runs[3]
-    res = next(r for r in committed if r.target == "m.di")
-    props = summary(root, "m.di", res.snapshot_id)
-    code, out, _ = cli("explain", str(res.snapshot_id), "--project", str(root), "--format", "json")
-    (m,) = json.loads(out)
-    assert code == 0 and (m["run_id"], m["target"], m["partition"], m["strategy"], m["snapshot_id"]) == (
-        run_id, "m.di", partition(1), "delete+insert", res.snapshot_id)
-    assert m["pins"] == json.loads(props["lakewrap.pins"]) and set(m["pins"]) == {"raw.events"}
-    assert m["sql_sha256"] == props["lakewrap.sql_sha256"] == res.sql_sha256
-    assert m["extra_info"]["base_snapshot"] == props["lakewrap.base_snapshot"]
-    assert m["extra_info"]["operation"] == "delete, append"
-    w = daily_window(partition(1), "ts")
-    assert m["params"]["partition_start"] == w.start.isoformat()
-    # the statements are those the plan holds: the model compiled now has the same sql_sha256
-    (plan,) = lakewrap.Project(root).compile(["m.di"], partition=partition(1))
-    assert plan.sql_sha256 == m["sql_sha256"]
-    assert [s["sql"] for s in m["statements"]] == [s.sql for s in plan.statements]
-    # any snapshot of the commit names it (an overwrite adds a delete and an append snapshot)
-    first = table(root, "m.di").metadata.snapshot_by_id(res.snapshot_id).parent_snapshot_id
-    assert json.loads(cli("explain", str(first), "--project", str(root), "--format", "json")[1])[0]["run_id"] == run_id
-    code, text, _ = cli("explain", run_id, "--project", str(root))
-    assert code == 0 and text.count("-- run:        " + run_id) == len(committed)
-    assert "pyiceberg overwrite m.di: delete where" in text
-    assert f"-- base:       {props['lakewrap.base_snapshot']}" in text
 
 
 def test_compile_as_of_pins_every_upstream(history: IceHistory, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -299,34 +174,3 @@ def test_compile_as_of_pins_every_upstream(history: IceHistory, monkeypatch: pyt
     assert got == sorted((r["id"], r["amount"], totals[r["k"]], r["ts"]) for r in v2)
     assert V3 != V2
 
-
-def test_bad_inputs_are_clear_and_write_nothing(history: IceHistory) -> None:
-    root = history.house.root
-    project = lakewrap.Project(root)
-    run_b = history.runs[1][0]
-    before = state(root)
-    source_snap = table(root, "raw.events").current_snapshot().snapshot_id
-    with pytest.raises(StateError, match="no materialization of run `nope`"):
-        project.restore("m.di", partition=partition(1), to_run="nope")
-    with pytest.raises(StateError, match="no materialization of run `nope`"):
-        project.reproduce("nope")
-    with pytest.raises(StateError, match="no materialization of run"):
-        project.explain("nope")
-    with pytest.raises(StateError, match="the lake has no snapshot 99999"):
-        project.explain(99999)
-    with pytest.raises(StateError, match=f"snapshot {source_snap} of raw.events was not committed by a lakewrap"):
-        project.explain(source_snap)
-    with pytest.raises(StateError, match=f"`m.scd` has no snapshot {source_snap} .it is a snapshot of raw.events"):
-        project.restore("m.scd", to_snapshot=source_snap)
-    with pytest.raises(StateError, match=f"did not materialize partition {partition(0)}") as e2:
-        project.restore("m.di", partition=partition(0), to_run=run_b)
-    assert partition(1) in (e2.value.hint or "")
-    with pytest.raises(StateError, match=f"run {run_b} did not materialize `m.full`"):
-        project.reproduce(run_b, model="m.full")
-    with pytest.raises(PlanError, match="name the partition"):
-        project.restore("m.di", to_run=run_b)
-    with pytest.raises(StateError, match=r"did not materialize `m\.full`"):
-        project.compile(["m.full"], as_of=run_b)
-    code, _, err = cli("restore", "m.di", "--partition", partition(1), "--to", "nope", "--project", str(root))
-    assert code == 1 and "no materialization of run `nope`" in err
-    assert state(root) == before

@@ -19,8 +19,7 @@ import lakewrap
 from icehouse_sql import RestSqlLakehouse
 from lakehouse import at, daily_window, partition
 from lakeproject import cli
-from lakewrap.errors import StateError
-from test_provenance import V1, V2, ev
+from test_provenance import V1, V2
 from test_provenance_iceberg import ICE_MODELS, IceHistory
 
 STATE = "lakewrap.m__di"
@@ -63,30 +62,6 @@ def state_of(h: SqlHistory, target: str) -> list[dict[str, Any]]:
     return load(h, f"lakewrap.{schema}__{name}").scan().to_arrow().to_pylist()  # type: ignore[no-any-return]
 
 
-def test_reproduce_matches_every_strategy_after_a_history(built: SqlHistory) -> None:
-    root = built.house.root
-    before = pointers(built)
-    seen = set()
-    for run_id, committed in built.runs:
-        report = lakewrap.Project(root).reproduce(run_id)
-        got = {(r.target, r.partition): r for r in report.results}
-        assert {k: r.snapshot_id for k, r in got.items()} == {(r.target, r.partition): r.snapshot_id
-                                                               for r in committed}, run_id
-        for r in report.results:
-            seen.add(r.strategy)
-            assert r.status == "MATCH", r
-            assert r.only_in_reproduction == r.only_in_table == 0 and r.digest_reproduced == r.digest_table
-            assert r.rows_in_table == r.rows_reproduced == len(rows(built, r.target, r.snapshot_id))
-            (row,) = [s for s in state_of(built, r.target) if s["run_id"] == run_id
-                      and s["partition_value"] == r.partition]
-            assert r.pin == row["base_snapshot"]
-        assert report.ok
-    assert seen == {"table", "delete+insert", "merge", "append", "snapshot"}
-    assert pointers(built) == before, "reproduce wrote to the lake"
-    # a later change of the source must not matter: every read is pinned to what the run read
-    built.source([ev(9, "z", 999, 0, 3, 3), ev(10, "z", 1, 1, 3, 3)])
-    run_id = built.runs[3][0]
-    assert all(r.status == "MATCH" for r in lakewrap.Project(root).reproduce(run_id).results)
 
 
 def test_explain_and_compile_as_of(built: SqlHistory) -> None:
@@ -142,88 +117,10 @@ def test_explain_and_compile_as_of(built: SqlHistory) -> None:
                          if w.start <= r["ts"] < w.end and r["amount"] > 0)
 
 
-def test_bad_inputs_are_clear_and_write_nothing(built: SqlHistory) -> None:
-    root = built.house.root
-    project = lakewrap.Project(root)
-    run_b = built.runs[1][0]
-    before = pointers(built)
-    source_snap = load(built, "raw.events").current_snapshot().snapshot_id
-    with pytest.raises(StateError, match="no materialization of run `nope`"):
-        project.restore("m.di", partition=partition(1), to_run="nope")
-    with pytest.raises(StateError, match="no materialization of run `nope`"):
-        project.reproduce("nope")
-    with pytest.raises(StateError, match=f"snapshot {source_snap} of raw.events was not committed by a lakewrap"):
-        project.explain(source_snap)
-    with pytest.raises(StateError, match=f"`m.scd` has no snapshot {source_snap} .it is a snapshot of raw.events"):
-        project.restore("m.scd", to_snapshot=source_snap)
-    with pytest.raises(StateError, match=f"did not materialize partition {partition(0)}"):
-        project.restore("m.di", partition=partition(0), to_run=run_b)
-    with pytest.raises(StateError, match=r"did not materialize `m\.full`"):
-        project.compile(["m.full"], as_of=run_b)
-    assert pointers(built) == before
 
 
-def test_restore_partition_returns_exact_rows_and_leaves_others(built: SqlHistory) -> None:
-    root = built.house.root
-    run_b = built.runs[1][0]  # partition 1 with V1
-    snap_b = next(r.snapshot_id for r in built.runs[1][1] if r.target == "m.di")
-    expected = rows(built, "m.di", snap_b, day=1)
-    assert expected != rows(built, "m.di", day=1), "the history must have changed partition 1"
-    day0 = rows(built, "m.di", day=0)
-    before = pointers(built)
-    code, out, _ = cli("restore", "m.di", "--partition", partition(1), "--to", run_b, "--dry-run",
-                       "--project", str(root))
-    assert code == 0 and f'FROM "ice"."m"."di" AT (VERSION => {snap_b})' in out
-    assert pointers(built) == before, "--dry-run wrote to the lake"
-    snaps_before = {s.snapshot_id for s in load(built, "m.di").snapshots()}
-
-    out_ = lakewrap.Project(root).restore("m.di", partition=partition(1), to_run=run_b)
-
-    assert rows(built, "m.di", day=1) == expected
-    assert rows(built, "m.di", day=0) == day0
-    after = pointers(built)
-    changed = {n for n in after if after[n] != before.get(n)}
-    assert changed == {"m.di", STATE}, "only the target and its state table changed"
-    new = [s for s in load(built, "m.di").snapshots() if s.snapshot_id not in snaps_before]
-    assert new and out_.result.snapshot_id == new[-1].snapshot_id
-    (row,) = [s for s in state_of(built, "m.di") if s["run_id"] == out_.run_id]
-    assert (row["strategy"], row["partition_value"]) == ("restore", partition(1))
-    assert json.loads(row["provenance"]) == {"restored_from": {"snapshot": snap_b, "run_id": run_b}}
-    # the restore is itself a materialization: explain names it, reproduce rebuilds it
-    (m,) = lakewrap.Project(root).explain(out_.result.snapshot_id)
-    assert (m.run_id, m.strategy, m.extra_info["restored_from"]["run_id"]) == (out_.run_id, "restore", run_b)
-    (r,) = lakewrap.Project(root).reproduce(out_.run_id).results
-    assert r.status == "MATCH", r
 
 
-def test_reproduce_mismatch_when_a_pin_is_altered(built: SqlHistory) -> None:
-    """It rewrites the recorded pins (the state table overwritten with pyiceberg), then puts the
-    original rows back, so the other tests of the shared history may run before or after it."""
-    import pyarrow as pa
-
-    root = built.house.root
-    first = next(r for r in state_of(built, "m.di") if r["run_id"] == built.runs[1][0])  # V1, partition 1
-    run_id = built.runs[3][0]  # V2, partition 1: id 5 appeared in it, id 4 changed
-    code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
-    assert code == 0 and json.loads(out)["results"][0]["status"] == "MATCH"
-    state = load(built, STATE)
-    data = state.scan().to_arrow()
-    pins = [first["pins"] if r == run_id else p
-            for r, p in zip(data.column("run_id").to_pylist(), data.column("pins").to_pylist(), strict=True)]
-    assert pins != data.column("pins").to_pylist()
-    state.overwrite(data.set_column(data.schema.get_field_index("pins"), "pins", pa.array(pins, pa.string())))
-    try:
-        code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
-    finally:
-        load(built, STATE).overwrite(data)
-    (r,) = json.loads(out)["results"]
-    assert code == 1 and r["status"] == "MISMATCH"
-    # at the old pin partition 1 of the source held ids 3, 4 (V1); the table holds 3, 4, 5 (V2), 4 changed;
-    # partition 0 (ids 1, 2) is the same in both
-    assert (r["only_in_reproduction"], r["only_in_table"]) == (1, 2)
-    # the original pins are back: the run reproduces again
-    code, out, _ = cli("reproduce", run_id, "--model", "m.di", "--project", str(root), "--format", "json")
-    assert code == 0 and json.loads(out)["results"][0]["status"] == "MATCH"
 
 
 def test_state_table_of_an_earlier_lakewrap_is_upgraded(tmp_path: Path) -> None:

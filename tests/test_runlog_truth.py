@@ -41,8 +41,8 @@ from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Result
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.execute.log import StatementLog
-from lakewrap.iceberg_state import materializations_of
 from lakewrap.runner import run_project
+from lakewrap.substrates.iceberg.state import materializations_of
 from lakewrap.workers import Task, ThreadRunner
 from test_iceberg_reliability import DI, source
 

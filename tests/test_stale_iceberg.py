@@ -26,8 +26,8 @@ import lakewrap
 from lakewrap.cli import main
 from lakewrap.errors import PlanError
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.iceberg_state import materializations, materializations_of
 from lakewrap.substrates.iceberg.feed import IcebergFeed, file_diff
+from lakewrap.substrates.iceberg.state import materializations, materializations_of
 
 DAYS = 10
 FIRST = date(2024, 1, 1)

@@ -1,8 +1,9 @@
 """The ``lakewrap`` command: a thin layer over the library.
 
-Each command parses its options, calls one library function and prints. One handler maps
-:class:`~lakewrap.errors.LakewrapError` to a red message and an exit code (1: a model or run error;
-2: bad usage); ``--debug`` shows the traceback instead.
+Each command parses its options, calls one library function and prints. One handler
+(:func:`lakewrap.cli_io.handled`) maps :class:`~lakewrap.errors.LakewrapError` to a red message and
+an exit code (1: a model or run error; 2: bad usage); ``--debug`` shows the traceback instead.
+``explain``, ``reproduce`` and ``restore`` live in :mod:`lakewrap.cli_provenance`.
 """
 
 from __future__ import annotations
@@ -11,118 +12,13 @@ import atexit
 import gc
 import json
 import sys
-from collections.abc import Callable, Collection, Sequence
-from datetime import datetime, timezone
-from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from lakewrap import __version__
-from lakewrap.errors import LakewrapError, PlanError, SelectionError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-USAGE_ERRORS = (SelectionError, PlanError)
-
-
-def _fail(err: LakewrapError, debug: bool) -> None:
-    if debug:
-        raise err
-    code = 2 if isinstance(err, USAGE_ERRORS) else err.exit_code
-    if click.get_current_context().params.get("fmt") == "json":  # tools get the error as JSON on stdout
-        _write(json.dumps({"ok": False, "exit_code": code, **err.to_dict()}, indent=2) + "\n")
-    _say("error:", err.render(), "bold red", stderr=True)
-    sys.exit(code)
-
-
-def handled(fn: F) -> F:
-    """Run a command body, turning lakewrap errors into a message and an exit code."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        debug = bool(click.get_current_context().find_root().params.get("debug"))
-        try:
-            return fn(*args, **kwargs)
-        except LakewrapError as err:
-            _fail(err, debug)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def logical_time(text: str | None) -> datetime | None:
-    """Parse ``--now``; a naive time is taken as UTC."""
-    if text is None:
-        return None
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise PlanError(f"--now `{text}` is not an ISO 8601 time", hint="write e.g. 2024-06-01T00:00:00Z") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
-def _write(text: str, *, stderr: bool = False) -> None:
-    """Everything the command prints goes out here, through the one redactor (lakewrap.redact)."""
-    from lakewrap.redact import redact
-
-    (sys.stderr if stderr else sys.stdout).write(redact(text))
-
-
-def _say(label: str, text: str, style: str, *, stderr: bool = False) -> None:
-    """One message line: styled by rich on a terminal, plain text otherwise (no rich import)."""
-    stream = sys.stderr if stderr else sys.stdout
-    if not stream.isatty():
-        _write(f"{label} {text}\n", stderr=stderr)
-        return
-    from lakewrap.redact import redact
-
-    text = redact(text)
-    from rich.console import Console
-    from rich.markup import escape
-
-    Console(stderr=stderr, highlight=False, soft_wrap=True).print(f"[{style}]{escape(label)}[/] {escape(text)}")
-
-
-def _show_table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None,
-                right: Collection[str] = (), styles: Sequence[str | None] = ()) -> None:
-    """A table: drawn by rich on a terminal; aligned plain text when piped (scripts, CI, benchmarks).
-
-    ``styles`` colours one row each (on a terminal only). Every cell passes the redactor.
-    """
-    from lakewrap.redact import redact
-
-    rows = [[redact(v) for v in r] for r in rows]
-    if not sys.stdout.isatty():
-        widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
-
-        def line(cells: Sequence[str]) -> str:
-            return "  ".join(v.rjust(w) if c in right else v.ljust(w)
-                             for c, v, w in zip(columns, cells, widths, strict=True)).rstrip()
-
-        out = [title] if title else []
-        out += [line(columns), line(["-" * w for w in widths]), *(line(r) for r in rows)]
-        _write("\n".join(out) + "\n")
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col, justify="right" if col in right else "left")
-    for i, row in enumerate(rows):
-        table.add_row(*row, style=styles[i] if i < len(styles) else None)
-    Console(highlight=False, soft_wrap=True).print(table)
-
-
-project_option = click.option(
-    "--project",
-    "project",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default="the current directory",
-    help="The project folder (holds models/).",
-)
+from lakewrap.cli_io import F, _say, _show_table, _write, handled, logical_time, project_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -538,7 +434,7 @@ def shell_cmd(print_only: bool, project: Path) -> None:
         shell.interact(project, stdin_is_tty=sys.stdin.isatty())
 
 
-from lakewrap.cli_provenance import register  # noqa: E402  (its commands use the helpers above)
+from lakewrap.cli_provenance import register  # noqa: E402  (registered on the group defined above)
 
 register(main)
 

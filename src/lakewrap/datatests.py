@@ -6,8 +6,10 @@ model's tests cover that partition's window; without it, the whole table (for an
 its current versions), as an unpartitioned model's always do. The statements, with their bound
 values, are logged to ``target/test/<id>/<target>.sql``.
 
-On Iceberg each model's tests run in a scratch session where the target and the tables the model
-reads are views at their current snapshots (as during ``run``, minus the write).
+Each model's tests run in the session its substrate gives
+(:meth:`~lakewrap.substrates.protocol.Substrate.test_session`): on DuckLake the lake's read-only
+connection, on Iceberg a scratch session where the target and the tables the model reads are views
+at their current snapshots (as during ``run``, minus the write).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any
 from lakewrap.compile import _Cache, load_project, plan_for
 from lakewrap.errors import LakewrapError
 from lakewrap.execute.checks import TestOutcome, run_test
-from lakewrap.execute.lake import Lake
 from lakewrap.plan import Param
 from lakewrap.spec import ModelSpec, TimePartitioning
 
@@ -90,28 +91,17 @@ def run_tests(root: Path, selectors: Sequence[str] = (), *, exclude: Sequence[st
     from lakewrap.runner import new_run_id
 
     folder = root / "target" / "test" / new_run_id(now)
-    from lakewrap.config import load_config
+    from lakewrap.substrates.registry import of_project
 
-    if load_config(root).lake.substrate == "iceberg":
-        from lakewrap.execute.iceberg import IcebergLake
-        from lakewrap.iceberg_run import reads_of
-
-        ice = IcebergLake.open(root, read_only=True)
-        con = ice.connect()
-        try:
-            for spec in selected:
-                with ice.scratch(con, (*reads_of(spec), str(spec.target))) as (cursor, _):
-                    report.results.append(_test_model(cursor, ice, folder, spec, partition, now))
-        finally:
-            con.close()
-    else:
-        lake = Lake.open(root, read_only=True)
-        con = lake.connect()
-        try:
-            for spec in selected:
-                report.results.append(_test_model(con, lake, folder, spec, partition, now))
-        finally:
-            lake.close(con)
+    sub = of_project(root)
+    lake = sub.open(root, read_only=True)
+    con = lake.connect()
+    try:
+        for spec in selected:
+            with sub.test_session(lake, con, spec) as cursor:
+                report.results.append(_test_model(cursor, lake, folder, spec, partition, now))
+    finally:
+        lake.close(con)
     if cache is not None:
         cache.save()
     return report

@@ -35,20 +35,16 @@ from lakewrap.seedfiles import seed_files
 from lakewrap.skips import APPENDED, appended, duplicates
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
 from lakewrap.substrates.iceberg.commit import IcebergExecutor
+from lakewrap.substrates.iceberg.reads import reads_of
 from lakewrap.substrates.iceberg.sql_connect import connect as connect_sql
 from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
 from lakewrap.substrates.iceberg.summary import PREFIX
 
 
-def reads_of(spec: ModelSpec) -> tuple[str, ...]:
-    """The tables a model reads (views in its scratch session), as ``schema.name``."""
-    return tuple(str(u) for u in spec.all_upstreams)
-
-
 def watermark(lake: IcebergLake, target: str) -> datetime | None:
     """The latest watermark recorded in the target's snapshot summaries (dynamic partitions)."""
     if lake.config.write_path == "sql":
-        from lakewrap.iceberg_state import state_rows
+        from lakewrap.substrates.iceberg.state import state_rows
 
         found = [r["watermark"] for r in state_rows(lake, target) if r.get("watermark") is not None]
         return max(found) if found else None
@@ -64,7 +60,7 @@ def recorded_appends(lake: IcebergLake, spec: ModelSpec) -> dict[str, set[str]]:
     read from the snapshot summaries or the state table (write path sql)."""
     if spec.strategy.kind != "append" or not isinstance(spec.partition, TimePartitioning):
         return {}
-    from lakewrap.iceberg_state import materializations_of
+    from lakewrap.substrates.iceberg.state import materializations_of
 
     return appended((m["partition"], bool(m["full_refresh"]), m["run_id"] or "")
                     for m in materializations_of(lake, str(spec.target)))
@@ -122,7 +118,7 @@ def run_iceberg_project(
     reappend: bool = False,
 ) -> RunReport:
     """Materialize the selected models of an Iceberg project (see :func:`lakewrap.runner.run_project`);
-    ``stale`` runs only the partitions whose inputs changed (:mod:`lakewrap.stale_iceberg`); an
+    ``stale`` runs only the partitions whose inputs changed (:mod:`lakewrap.substrates.iceberg.feed`); an
     ``append`` partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`)."""
     root = root.resolve()
     now = now or datetime.now(timezone.utc)

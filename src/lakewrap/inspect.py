@@ -1,7 +1,8 @@
 """Read-only views of a lake: ``query``, ``status`` and ``history``.
 
-Everything here reads what the lake itself recorded (lakewrap's state tables and DuckLake's
-snapshots); nothing is kept in a side file that could disagree with the data.
+Everything here reads what the lake itself recorded, through the project's substrate
+(:mod:`lakewrap.substrates`: its reads and its state store of typed records); nothing is kept in a
+side file that could disagree with the data.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap.compile import load_project
-from lakewrap.errors import ExecutionError, PlanError
+from lakewrap.errors import PlanError
 from lakewrap.execute import sandbox
-from lakewrap.execute import statements as sql
-from lakewrap.execute.lake import Lake
 from lakewrap.partitions import Grain, latest_complete, parse_partition, partition_range
 from lakewrap.project import require_project
+from lakewrap.provenance import run_or_snapshot
 from lakewrap.spec import TimePartitioning
+from lakewrap.substrates.registry import of_project
 
 
 @dataclass
@@ -37,31 +38,15 @@ def check_read_only(text: str, *, files: bool = True) -> None:
                   "(write one and use `lakewrap run`)")
 
 
-def _iceberg(root: Path) -> bool:
-    from lakewrap.config import load_config
-
-    return load_config(root.resolve()).lake.substrate == "iceberg"
-
-
-def _check_query(root: Path, text: str, as_of: str | None) -> bool:
-    """The statement check of a query on this project's lake; whether the lake is Iceberg."""
-    iceberg = _check_as_of(root, as_of)
-    files = True
-    if iceberg:  # a rest or glue catalog: no file sandbox on its connections (docs/security.md)
-        from lakewrap.execute.iceberg import IcebergLake
-
-        files = IcebergLake.open(root.resolve(), read_only=True).sandbox() is not None
-    check_read_only(text, files=files)
-    return iceberg
-
-
-def _check_as_of(root: Path, as_of: str | None) -> bool:
-    """Whether the project is on Iceberg; ``as_of`` (a run id or snapshot id) is refused on DuckLake."""
-    iceberg = _iceberg(root)
-    if as_of is not None and not iceberg:
-        raise PlanError("--as-of is implemented for Iceberg lakes only",
-                        hint="on a DuckLake, read a past snapshot with `FROM t AT (VERSION => n)`")
-    return iceberg
+def _query(root: Path, text: str, as_of: str | None, fetch: Any) -> Any:
+    """``fetch(cursor)`` of one read-only statement on the project's lake, optionally as of a run
+    or snapshot (:func:`lakewrap.provenance.run_or_snapshot`)."""
+    root = require_project(root).resolve()
+    ref = run_or_snapshot(as_of) if as_of is not None else None
+    sub = of_project(root)
+    sub.check_as_of(ref)
+    check_read_only(text, files=sub.file_sandbox(root))
+    return sub.query(root, text, ref, fetch)
 
 
 def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
@@ -70,39 +55,14 @@ def query(root: Path, text: str, as_of: str | None = None) -> QueryResult:
     On Iceberg, ``as_of`` (a run id or a snapshot id) reads every table as it stood when that run
     or snapshot committed.
     """
-    root = require_project(root)
-    if _check_query(root, text, as_of):
-        from lakewrap.iceberg_state import query_cursor
-
-        result: QueryResult = query_cursor(root, text, as_of,
-                                           lambda c: QueryResult([d[0] for d in c.description], c.fetchall()))
-        return result
-    lake = Lake.open(root.resolve(), read_only=True)
-    con = lake.connect()
-    try:
-        cursor = con.execute(text)
-        return QueryResult([d[0] for d in cursor.description], cursor.fetchall())
-    except Exception as exc:
-        raise ExecutionError(lake.redact(str(exc)).strip(), hint=sandbox.access_hint(str(exc))) from None
-    finally:
-        lake.close(con)
+    result: QueryResult = _query(root, text, as_of, lambda c: QueryResult([d[0] for d in c.description],
+                                                                            c.fetchall()))
+    return result
 
 
 def query_arrow(root: Path, text: str, as_of: str | None = None) -> Any:
     """The same as :func:`query`, as a pyarrow Table."""
-    root = require_project(root)
-    if _check_query(root, text, as_of):
-        from lakewrap.iceberg_state import query_cursor
-
-        return query_cursor(root, text, as_of, lambda c: c.to_arrow_table())
-    lake = Lake.open(root.resolve(), read_only=True)
-    con = lake.connect()
-    try:
-        return con.execute(text).to_arrow_table()
-    except Exception as exc:
-        raise ExecutionError(lake.redact(str(exc)).strip(), hint=sandbox.access_hint(str(exc))) from None
-    finally:
-        lake.close(con)
+    return _query(root, text, as_of, lambda c: c.to_arrow_table())
 
 
 @dataclass
@@ -122,47 +82,18 @@ class ModelStatus:
         return dict(self.__dict__)
 
 
-def _state_rows(con: Any, statement: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    try:
-        return list(con.execute(statement, params).fetchall() if params else con.execute(statement).fetchall())
-    except Exception as exc:
-        if "does not exist" in str(exc):
-            return []  # nothing has run yet
-        raise
-
-
 def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = None) -> list[ModelStatus]:
     """Per model: materialized partitions, gaps, the last run, failures since the last success."""
     root = require_project(root)
     now = now or datetime.now(timezone.utc)
     project = load_project(root, None)
-    if _iceberg(root):
-        from lakewrap.execute.iceberg import IcebergLake
-        from lakewrap.iceberg_state import status_rows
-
-        ice = IcebergLake.open(root, read_only=True)
-
-        def rows_of(target: str) -> list[tuple[Any, ...]]:
-            return list(status_rows(ice, target))
-
-        rows = _status(root, project, selectors, now, rows_of)
-        if any(r.last_run for r in rows):
-            from lakewrap.stale import detect_at
-
-            _show_stale(rows, detect_at(root, project, project.select(selectors)))
-        return rows
-    lake = Lake.open(root, read_only=True)
-    con = lake.connect()
-    try:
+    sub = of_project(root)
+    with sub.state_reader(sub.open(root, read_only=True)) as read:
         rows = _status(root, project, selectors, now,
-                       lambda target: _state_rows(con, sql.materialized_partitions(), {"target": target}))
-        if any(r.last_run for r in rows):
-            from lakewrap.stale import detect_on
-
-            _show_stale(rows, detect_on(lake, con, project, project.select(selectors)))
-        return rows
-    finally:
-        lake.close(con)
+                       lambda target: [(m.partition, m.run_id, m.committed_at) for m in read(target)])
+    if any(r.last_run for r in rows):
+        _show_stale(rows, sub.stale(root, project, project.select(selectors)))
+    return rows
 
 
 def _show_stale(rows: list[ModelStatus], found: dict[str, Any]) -> None:
@@ -214,29 +145,14 @@ def failures_since(root: Path, target: str, committed_at: str | None) -> list[di
 
 
 def history(root: Path, model: str) -> list[dict[str, Any]]:
-    """The materializations of one model, newest first, with their DuckLake (or Iceberg) snapshot ids."""
+    """The materializations of one model, newest first, with their snapshot ids."""
     root = require_project(root)
-    if _iceberg(root):
-        from lakewrap import iceberg_state
-
-        return iceberg_state.history(root, model)
     project = load_project(root, None)
     specs = project.select([model])
     if len(specs) != 1:
         raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
-    spec = specs[0]
-    lake = Lake.open(root, read_only=True)
-    con = lake.connect()
-    try:
-        rows = _state_rows(con, sql.history(lake.alias), {"target": str(spec.target)})
-    finally:
-        lake.close(con)
-    keys = ["snapshot_id", "run_id", "partition", "strategy", "rows_inserted", "rows_updated", "rows_deleted",
-            "sql_sha256", "committed_at", "pins"]
-    out = []
-    for r in rows:
-        item = dict(zip(keys, r, strict=True))
-        item["pins"] = json.loads(item["pins"]) if item["pins"] else {}
-        item["committed_at"] = str(item["committed_at"])
-        out.append(item)
-    return out
+    sub = of_project(root)
+    found = sub.materializations(sub.open(root, read_only=True), str(specs[0].target))
+    keys = ("snapshot_id", "run_id", "partition", "strategy", "rows_inserted", "rows_updated", "rows_deleted",
+            "sql_sha256", "committed_at", "pins")
+    return [{k: getattr(m, k) for k in keys} for m in reversed(found)]

@@ -54,7 +54,7 @@ def resolve_iceberg(lake: Any, run_id: str, result: Result) -> Result:
     ``run_id`` and the step's partition (snapshot summaries, or the state table of write path ``sql``)."""
     if result.status not in ("failed", "cancelled") or not result.attempts:
         return result
-    from lakewrap.iceberg_state import materializations_of
+    from lakewrap.substrates.iceberg.state import materializations_of
 
     try:
         found = [m for m in materializations_of(lake, result.target)

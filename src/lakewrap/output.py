@@ -1,12 +1,23 @@
-"""Printable forms of compiled plans: annotated SQL for people, JSON for tools."""
+"""Printable forms of compiled plans: annotated SQL for people, JSON for tools.
+
+The one renderer of the plan transcript: ``compile``, ``compile --as-of`` (its header,
+:func:`as_of_sql`), ``restore --dry-run`` and the goldens print through :func:`plan_sql`. Where a
+substrate's transcript differs (setup statements before ``BEGIN``, how reads are pinned), it says
+so in its :class:`~lakewrap.substrates.protocol.Transcript`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from lakewrap import __version__
 from lakewrap.compilers.artifacts import CompiledPlan, CompileOutput
 from lakewrap.plan import Param
+
+if TYPE_CHECKING:
+    from lakewrap.provenance import RunOrSnapshot
+    from lakewrap.substrates.protocol import Transcript
 
 RULE = "-- " + "=" * 97
 
@@ -30,10 +41,10 @@ def plan_sql(plan: CompiledPlan) -> str:
         lines.append("-- partition:  (none: the whole table)")
     verdict = {True: "yes", False: "NO", None: "unknown"}[plan.idempotent]
     lines += [f"-- idempotent: {verdict} ({plan.idempotent_note})", f"-- sql_sha256: {plan.sql_sha256}", RULE]
-    # Iceberg through DuckDB SQL: the leading setup statements (namespaces, the state table) run
+    # e.g. Iceberg through DuckDB SQL: the leading setup statements (namespaces, the state table) run
     # before BEGIN, since a table cannot be created in a namespace created in the same transaction.
     early = 0
-    if plan.substrate == "iceberg" and plan.write_path == "sql":
+    if transcript_of(plan).setup_before_begin:
         while early < len(plan.statements) and plan.statements[early].role == "setup":
             early += 1
     if not early:
@@ -65,8 +76,26 @@ def plan_sql(plan: CompiledPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def transcript_of(plan: CompiledPlan) -> Transcript:
+    from lakewrap.substrates.registry import of_plan
+
+    return of_plan(plan.substrate, plan.write_path).transcript
+
+
 def plans_sql(plans: Sequence[CompiledPlan]) -> str:
     return "\n".join(plan_sql(p) for p in plans)
+
+
+def as_of_sql(plans: Sequence[CompiledPlan], ref: RunOrSnapshot) -> str:
+    """``compile --as-of``: a header saying how the reads are pinned, then the plans."""
+    head = f"-- as of {ref.kind} {ref}: "
+    transcript = transcript_of(plans[0]) if plans else None
+    head += (transcript.as_of if transcript else "every upstream read is pinned with AT (VERSION => n)") + "\n"
+    if transcript is not None and transcript.lists_pins:
+        for p in plans:
+            head += "".join(f"-- pin: {st.note}\n" for st in p.statements if st.role == "setup"
+                            and (st.note or "").startswith("pinned upstream"))
+    return head + plans_sql(plans)
 
 
 def plans_json(plans: Sequence[CompiledPlan]) -> str:

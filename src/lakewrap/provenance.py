@@ -1,29 +1,36 @@
 """Provenance: ``explain``, ``reproduce`` and ``compile --as-of`` (``restore``:
-:mod:`lakewrap.provenance_restore`).
+:mod:`lakewrap.provenance_restore`), above the substrates.
 
 Everything is read from the lake's own records, committed in the same transaction as the data
-(``docs/running.md``). DuckLake: ``lakewrap.materializations`` (run, model, partition, strategy,
-pins), ``lakewrap.compiled_sql`` (the statements, by ``sql_sha256``) and each snapshot's commit
-message and ``extra_info`` (which also holds the values bound to the statements' parameters).
-Iceberg: each commit's snapshot summary, read by :mod:`lakewrap.provenance_iceberg`, the substrate
-half behind :func:`substrate`. The SQL comes from :mod:`lakewrap.compilers.provenance`; this module
-only runs it. See ``docs/provenance.md``.
+(``docs/running.md``), through the substrate's provenance backend
+(:class:`~lakewrap.substrates.protocol.ProvenanceBackend`: DuckLake's in
+:mod:`lakewrap.substrates.ducklake.provenance`, Iceberg's in :mod:`lakewrap.substrates.iceberg.provenance`
+and :mod:`lakewrap.substrates.iceberg.provenance_sql`). This module holds what every substrate
+shares: the typed record (:class:`Materialization`), the one parser of a run id or snapshot id
+(:func:`run_or_snapshot`), which materializations a command means, the ``explain`` printout and
+the reproduce comparison. The SQL comes from :mod:`lakewrap.compilers.provenance`. See
+``docs/provenance.md``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakewrap.compilers import provenance as sqlp
 from lakewrap.compilers.artifacts import CompiledPlan
-from lakewrap.errors import PlanError, StateError, UnsupportedError
+from lakewrap.errors import PlanError, StateError
 from lakewrap.plan import Param
+from lakewrap.substrates.registry import of_project
+
+if TYPE_CHECKING:
+    from lakewrap.substrates.protocol import ProvenanceBackend
 
 # The type of each parameter a plan can bind (recorded values are text).
 PARAM_TYPES: dict[str, Literal["TIMESTAMPTZ", "VARCHAR"]] = {
@@ -33,21 +40,52 @@ PARAM_TYPES: dict[str, Literal["TIMESTAMPTZ", "VARCHAR"]] = {
 COMMANDS = "explain, reproduce, restore and compile --as-of"
 
 
-def substrate(root: Path, command: str) -> Literal["ducklake", "iceberg"]:
-    """The lake's substrate: ``ducklake`` (records in lakewrap's tables) or ``iceberg`` (records in
-    snapshot summaries, :mod:`lakewrap.provenance_iceberg`, or in state tables on write path
-    ``sql``, :mod:`lakewrap.provenance_iceberg_sql`); anything else is refused."""
-    from lakewrap.config import load_config
+@dataclass(frozen=True)
+class RunOrSnapshot:
+    """What ``explain``, ``compile --as-of`` and ``query --as-of`` were given: a run id or a snapshot id."""
 
-    cfg = load_config(root).lake
-    if cfg.substrate == "iceberg":  # either write path: lakewrap.provenance_iceberg(_sql)
-        return "iceberg"
-    if cfg.substrate == "ducklake":
-        return "ducklake"
-    raise UnsupportedError(  # pragma: no cover - no other substrate runs yet
-        f"`lakewrap {command}` is implemented for DuckLake and Iceberg lakes only",
-        hint=f"{COMMANDS} read the records lakewrap's own commits carry",
-    )
+    run_id: str | None = None
+    snapshot: int | None = None
+
+    @property
+    def kind(self) -> Literal["run", "snapshot"]:
+        return "snapshot" if self.snapshot is not None else "run"
+
+    def __str__(self) -> str:
+        return str(self.snapshot) if self.snapshot is not None else str(self.run_id)
+
+
+_SNAPSHOT = re.compile(r"[0-9]+")
+_SIGNED = re.compile(r"[-+][0-9]+")
+
+
+def run_or_snapshot(text: str | int) -> RunOrSnapshot:
+    """The one rule (``docs/provenance.md``): surrounding spaces are ignored; decimal digits only
+    (``0``, ``12``) are a snapshot id; a signed number (``-5``, ``+5``) is refused, since no
+    snapshot id is negative and no run id looks like one; anything else is a run id.
+
+    Example:
+        >>> run_or_snapshot(" 12 "), run_or_snapshot("20240104T000000Z-f97057").kind
+        (RunOrSnapshot(run_id=None, snapshot=12), 'run')
+    """
+    value = str(text).strip()
+    if _SNAPSHOT.fullmatch(value):
+        return RunOrSnapshot(snapshot=int(value))
+    if _SIGNED.fullmatch(value) or not value:
+        raise PlanError(f"`{value}` is neither a snapshot id nor a run id",
+                        hint="a snapshot id is a whole number, 0 or more; a run id looks like 20240104T000000Z-f97057; "
+                        "`lakewrap history MODEL` lists both")
+    return RunOrSnapshot(run_id=value)
+
+
+@contextmanager
+def backend(root: Path) -> Iterator[ProvenanceBackend]:
+    """The provenance backend of the lake at ``root``, closed afterwards."""
+    found = of_project(root).provenance(root)
+    try:
+        yield found
+    finally:
+        found.close()
 
 
 @dataclass
@@ -107,87 +145,13 @@ class Materialization:
         return out
 
 
-def _iso(value: Any) -> str | None:
-    return None if value is None else value.isoformat() if isinstance(value, datetime) else str(value)
-
-
-def read_materializations(con: Any, alias: str, by: Literal["run_id", "snapshot_id"],
-                          value: str | int) -> list[Materialization]:
-    """The materializations of a run (or the one a snapshot committed), with their statements."""
-    rows = con.execute(sqlp.materializations(alias, by), {"value": value}).fetchall()
-    out = []
-    for r in rows:
-        d = dict(zip(sqlp.MATERIALIZATION_COLUMNS, r, strict=True))
-        out.append(Materialization(
-            run_id=d["run_id"], model=d["model"], target=d["target"], partition=d["partition_value"],
-            window_start=_iso(d["window_start"]), window_end=_iso(d["window_end"]), strategy=d["strategy"],
-            rows_inserted=d["rows_inserted"], rows_updated=d["rows_updated"], rows_deleted=d["rows_deleted"],
-            sql_sha256=d["sql_sha256"], pins=json.loads(d["pins"]) if d["pins"] else {},
-            committed_at=str(d["committed_at"]), snapshot_id=d["snapshot_id"], author=d["author"],
-            commit_message=d["commit_message"],
-            extra_info=json.loads(d["commit_extra_info"]) if d["commit_extra_info"] else {},
-        ))
-    for m in out:
-        found = con.execute(sqlp.compiled_statements(), {"sql_sha256": m.sql_sha256}).fetchone()
-        m.statements = json.loads(found[0]) if found else []
-    return out
-
-
-def open_ducklake(root: Path) -> tuple[Any, Any]:
-    from lakewrap.execute.lake import Lake
-
-    lake = Lake.open(root, read_only=True)
-    return lake, lake.connect()
-
-
 def unknown_run(run_id: str) -> StateError:
     return StateError(f"no materialization of run `{run_id}` is recorded in this lake",
                       hint="`lakewrap history MODEL` lists the runs that materialized a model; a run that failed "
                       "or changed nothing committed none")
 
 
-def _by_run_or_snapshot(con: Any, alias: str, what: str) -> list[Materialization]:
-    text = what.strip()
-    if text.isdigit():
-        found = read_materializations(con, alias, "snapshot_id", int(text))
-        if found:
-            return found
-        snap = con.execute(sqlp.snapshot(alias), {"value": int(text)}).fetchone()
-        if snap is None:
-            raise StateError(f"the lake has no snapshot {text}",
-                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
-        said = f"author {snap[1]!r}, message {snap[2]!r}" if snap[1] or snap[2] else "it has no commit message"
-        raise StateError(f"snapshot {text} was not committed by a lakewrap materialization ({said})",
-                         hint="seeds and plain SQL commit snapshots too; `lakewrap history MODEL` lists the "
-                         "snapshots lakewrap committed")
-    found = read_materializations(con, alias, "run_id", text)
-    if not found:
-        raise unknown_run(text)
-    return found
-
-
-def _iceberg_by_run_or_snapshot(records: Any, what: str) -> list[Materialization]:
-    text = what.strip()
-    if text.lstrip("-").isdigit():
-        found: list[Materialization] = records.by_snapshot(int(text))
-        if found:
-            return found
-        owner = records.owner(int(text))
-        if owner is None:
-            raise StateError(f"the lake has no snapshot {text}",
-                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
-        name, snap = owner
-        raise StateError(f"snapshot {text} of {name} was not committed by a lakewrap materialization (operation "
-                         f"{snap.summary.operation.value if snap.summary else '?'}, no lakewrap.run_id in its summary)",
-                         hint="seeds and plain pyiceberg writes commit snapshots too; `lakewrap history MODEL` lists "
-                         "the snapshots lakewrap committed")
-    found = records.by_run(text)
-    if not found:
-        raise unknown_run(text)
-    return found
-
-
-def explain(root: Path, what: str) -> list[Materialization]:
+def explain(root: Path, what: str | int) -> list[Materialization]:
     """What produced a snapshot, or what a run materialized: model, partition, run, pins and SQL.
 
     Example:
@@ -196,32 +160,89 @@ def explain(root: Path, what: str) -> list[Materialization]:
         ('sales.orders', '2024-01-01', {'snapshot': 17}, 'CREATE OR REPLACE TEMPORARY TABLE "__lak')
     """
     root = root.resolve()
-    if substrate(root, "explain") == "iceberg":
-        from lakewrap.provenance_iceberg import IcebergRecords
+    ref = run_or_snapshot(what)
+    with backend(root) as records:
+        if ref.snapshot is not None:
+            return records.by_snapshot(ref.snapshot)
+        assert ref.run_id is not None
+        found = records.by_run(ref.run_id)
+    if not found:
+        raise unknown_run(ref.run_id)
+    return found
 
-        return _iceberg_by_run_or_snapshot(IcebergRecords.open(root), what)
-    lake, con = open_ducklake(root)
-    try:
-        return _by_run_or_snapshot(con, lake.alias, what)
-    finally:
-        lake.close(con)
+
+def explain_sql(root: Path, items: list[Materialization]) -> str:
+    """``lakewrap explain``'s printout of ``items``, read from the lake at ``root``."""
+    found = of_project(root.resolve())
+    with backend(root.resolve()) as records:  # the DDL printout reads no further record
+        return explain_text(items, found.transcript.setup_before_begin, found.transcript.shows_base,
+                            records.explain_ddl)
+
+
+def explain_text(items: list[Materialization], setup_before_begin: bool, shows_base: bool,
+                 ddl_of: Callable[[Materialization], tuple[dict[str, Any] | None, list[dict[str, Any]]]]) -> str:
+    """Each materialization as a header and its statements in one transaction, as they ran
+    (``ddl_of``: the substrate's DDL outside the plan, :meth:`ProvenanceBackend.explain_ddl`)."""
+    from lakewrap.compilers.artifacts import CommitOp
+    from lakewrap.output import RULE
+
+    lines: list[str] = []
+    for m in items:
+        window = f"  window [{m.window_start}, {m.window_end})" if m.window_start else ""
+        lines += [RULE, f"-- snapshot:   {m.snapshot_id if m.snapshot_id is not None else '(expired)'}",
+                  f"-- run:        {m.run_id}", f"-- model:      {m.model}", f"-- target:     {m.target}",
+                  f"-- partition:  {m.partition or '(none: the whole table)'}{window}",
+                  f"-- strategy:   {m.strategy}",
+                  f"-- pins:       {json.dumps(m.pins, sort_keys=True)}",
+                  f"-- rows:       +{m.rows_inserted} ~{m.rows_updated} -{m.rows_deleted}",
+                  f"-- committed:  {m.committed_at}",
+                  f"-- message:    {m.commit_message or ''}",
+                  f"-- sql_sha256: {m.sql_sha256}"]
+        if shows_base:  # e.g. Iceberg: the target's snapshot the transaction started from
+            lines.append(f"-- base:       {m.extra_info['base_snapshot'] or '(none: the table was new)'}")
+        if m.extra_info.get("restored_from"):
+            lines.append(f"-- restored:   {json.dumps(m.extra_info['restored_from'], sort_keys=True)}")
+        params = m.params
+        if params:
+            lines.append("-- params:     " + ", ".join(f"${k} = {v.type} '{v.value}'" for k, v in params.items()))
+        lines += [RULE]
+        begun = not m.statements
+        if not m.statements:
+            lines += ["BEGIN TRANSACTION;", ""]
+            lines.append(f"-- (not recorded: {m.extra_info['statements_omitted']})" if m.extra_info.get(
+                "statements_omitted") else "-- (the statements of this sql_sha256 are not in the lake's records)")
+        ddl = ddl_of(m)
+        statements = list(m.statements)
+        if ddl[0]:  # --full-refresh: before the plan's statements
+            statements.insert(0, ddl[0])
+        at = next((i for i, st in enumerate(statements) if st.get("role") in ("bootstrap", "write")), len(statements))
+        statements[at:at] = ddl[1]  # on_schema_change: before the first write, where the executor ran it
+        # e.g. Iceberg through DuckDB runs its setup statements before BEGIN, each committed on its own
+        begin = next((i for i, st in enumerate(statements) if st.get("role") != "setup"), len(statements)) \
+            if setup_before_begin else 0
+        for i, st in enumerate(statements, 1):
+            if not begun and i - 1 >= begin:
+                lines += ["BEGIN TRANSACTION;", ""]
+                begun = True
+            lines.append(f"-- [{i}] {st.get('role')}" + (f": {st['note']}" if st.get("note") else ""))
+            if st.get("sql"):
+                lines.append(str(st["sql"]).rstrip().rstrip(";") + ";")
+            lines.append("")
+        if not begun:
+            lines += ["BEGIN TRANSACTION;", ""]
+        commits = m.extra_info.get("commits") or []
+        for i, op in enumerate(commits, len(statements) + 1):  # Iceberg: pyiceberg operations, as comments
+            commit = CommitOp.validate(op)
+            lines += [f"-- [{i}] commit" + (f": {commit.note}" if commit.note else ""), f"--   {commit.line()}", ""]
+        if commits:
+            lines += [f"-- committed by pyiceberg as {m.extra_info.get('operation')}; the DuckDB statements only "
+                      "staged rows", "ROLLBACK;", ""]
+        else:
+            lines += ["COMMIT;", ""]
+    return "\n".join(lines)
 
 
 # --- compile --as-of --------------------------------------------------------------------------------
-
-
-def pinned_plan(plan: CompiledPlan, version: int, params: dict[str, Param] | None = None) -> CompiledPlan:
-    """``plan`` with every upstream read at ``AT (VERSION => version)`` and, when given, the parameter
-    values a run bound (its window, its run timestamp)."""
-    target = tuple(plan.target.split(".", 1))
-    assert len(target) == 2
-    statements = []
-    for st in plan.statements:
-        text = st.sql if st.role == "literal" else sqlp.pin_reads(st.sql, version, (target[0], target[1]))
-        bound = {k: (params or {}).get(k, v) for k, v in st.params.items()}
-        statements.append(st.replace(sql=text, params=bound))
-    stmts = tuple(statements)
-    return plan.replace(statements=stmts, sql_sha256=CompiledPlan.digest(stmts))
 
 
 def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition: str | None = None,
@@ -232,23 +253,14 @@ def compile_as_of(root: Path, selectors: Sequence[str], *, as_of: str, partition
     from lakewrap.compile import compile_project
 
     root = root.resolve()
-    kind = substrate(root, "compile --as-of")
+    ref = run_or_snapshot(as_of)
     plans = compile_project(root, selectors, exclude=exclude, partition=partition, now=now, use_cache=use_cache)
-    if kind == "iceberg":
-        return _iceberg_as_of(root, plans, as_of.strip())
-    lake, con = open_ducklake(root)
-    try:
-        if as_of.strip().isdigit():
-            version = int(as_of.strip())
-            if con.execute(sqlp.snapshot(lake.alias), {"value": version}).fetchone() is None:
-                raise StateError(f"the lake has no snapshot {version}",
-                                 hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
-            return [pinned_plan(p, version) for p in plans], []
-        recorded = read_materializations(con, lake.alias, "run_id", as_of.strip())
-    finally:
-        lake.close(con)
-    matched, warnings = _match_run(plans, recorded, as_of)
-    return [pinned_plan(plan, m.pin, m.params) for plan, m in matched], warnings
+    with backend(root) as records:
+        if ref.snapshot is not None:
+            return records.pinned_at_snapshot(plans, ref), []
+        assert ref.run_id is not None
+        matched, warnings = _match_run(plans, records.by_run(ref.run_id), ref.run_id)
+        return [records.pinned_to(plan, m) for plan, m in matched], warnings
 
 
 def _match_run(plans: list[CompiledPlan], recorded: list[Materialization],
@@ -273,33 +285,6 @@ def _match_run(plans: list[CompiledPlan], recorded: list[Materialization],
                             "shows the statements it executed")
         out.append((plan, m))
     return out, warnings
-
-
-def _iceberg_as_of(root: Path, plans: list[CompiledPlan], as_of: str) -> tuple[list[CompiledPlan], list[str]]:
-    from lakewrap.iceberg_run import reads_of
-    from lakewrap.provenance_iceberg import IcebergRecords, as_of_pins
-    from lakewrap.provenance_iceberg import pinned_plan as ice_pinned
-
-    records = IcebergRecords.open(root)
-    lake = records.lake
-    if as_of.lstrip("-").isdigit():
-        if not records.has_snapshot(int(as_of)):
-            raise StateError(f"the lake has no snapshot {as_of}",
-                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
-        specs = {str(s.target): s for s in _project_specs(root)}
-        out = []
-        for plan in plans:
-            spec = specs[plan.target]
-            out.append(ice_pinned(lake, plan, as_of_pins(lake, list(reads_of(spec)), int(as_of))))
-        return out, []
-    matched, warnings = _match_run(plans, records.by_run(as_of), as_of)
-    return [ice_pinned(lake, plan, m.pins, m.params) for plan, m in matched], warnings
-
-
-def _project_specs(root: Path) -> list[Any]:
-    from lakewrap.compile import load_project
-
-    return list(load_project(root, None).select([]))
 
 
 # --- reproduce --------------------------------------------------------------------------------------
@@ -339,6 +324,13 @@ class ReproduceReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "ok": self.ok, "results": [r.to_dict() for r in self.results]}
+
+
+def project_specs(root: Path) -> list[Any]:
+    """Every model of the project at ``root`` (a substrate's as-of pins need what each reads)."""
+    from lakewrap.compile import load_project
+
+    return list(load_project(root, None).select([]))
 
 
 def _target_of(root: Path, model: str) -> str:
@@ -384,52 +376,16 @@ def reproduce(root: Path, run_id: str, *, model: str | None = None, partition: s
         (True, {'MATCH', 'SKIPPED'})
     """
     root = root.resolve()
-    kind = substrate(root, "reproduce")
     target = _target_of(root, model) if model is not None else None
-    if kind == "iceberg":
-        return _reproduce_iceberg(root, run_id, target, partition)
-    lake, con = open_ducklake(root)
-    try:
-        found = read_materializations(con, lake.alias, "run_id", run_id)
+    with backend(root) as records:
+        found = records.by_run(run_id)
         if not found:
             raise unknown_run(run_id)
         found = select_materializations(found, run_id, target, partition)
-        return ReproduceReport(run_id, [_reproduce_one(con, m, lake.redact) for m in found])
-    finally:
-        lake.close(con)
+        return ReproduceReport(run_id, records.reproduce(found))
 
 
-def _reproduce_iceberg(root: Path, run_id: str, target: str | None, partition: str | None) -> ReproduceReport:
-    from lakewrap.provenance_iceberg import IcebergRecords, reproduce_one
-
-    records = IcebergRecords.open(root)
-    found = records.by_run(run_id)
-    if not found:
-        raise unknown_run(run_id)
-    found = select_materializations(found, run_id, target, partition)
-    lake = records.lake
-    if lake.config.write_path == "sql":
-        from lakewrap.provenance_iceberg_sql import reproduce_one as replay
-        from lakewrap.substrates.iceberg.sql_connect import connect
-
-        con = connect(lake)
-        one: Any = partial(replay, con)
-    else:
-        con = lake.connect()
-        one = partial(reproduce_one, lake, con)
-    try:
-        results = []
-        for m in found:
-            out = _reproduction(m, None)
-            if out.status == "ERROR":
-                _guarded(out, lake.redact, partial(one, m, out))
-            results.append(out)
-        return ReproduceReport(run_id, results)
-    finally:
-        lake.close(con)
-
-
-def _reproduction(m: Materialization, pin: int | None) -> Reproduction:
+def reproduction(m: Materialization, pin: int | None) -> Reproduction:
     """A reproduction not yet run: ``ERROR`` until compared, ``SKIPPED`` for views and literal models."""
     out = Reproduction(m.run_id, m.target, m.partition, m.strategy, m.snapshot_id, pin, status="ERROR")
     if m.strategy in ("view", "literal"):
@@ -439,7 +395,7 @@ def _reproduction(m: Materialization, pin: int | None) -> Reproduction:
     return out
 
 
-def _guarded(out: Reproduction, redact: Any, run: Any) -> None:
+def guarded(out: Reproduction, redact: Callable[[str], str], run: Callable[[], None]) -> None:
     """Run one reproduction; a failure is reported with the materialization (status ``ERROR``)."""
     try:
         run()
@@ -486,46 +442,3 @@ def replay_alters(con: Any, alters: list[str], target: tuple[str, str], catalog:
     for text in alters:
         if (alter := sqlp.scratch_alter(text, target, catalog)) is not None:
             con.execute(alter)
-
-
-def _reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
-    out = _reproduction(m, m.pins.get("snapshot"))
-    if out.status == "SKIPPED":
-        return out
-    if m.snapshot_id is None or not m.statements:
-        out.detail = "its snapshot or its statements are no longer in the lake (expired or deleted)"
-        return out
-    schema, name = m.schema_name
-    snapshot_id = m.snapshot_id
-    con.execute(sqlp.attach_scratch())
-
-    def run() -> None:
-        pin = m.pin
-        con.execute(sqlp.scratch_schema(schema))
-        try:
-            con.execute(sqlp.probe_at(schema, name, pin))
-            existed = True
-        except Exception:  # the table did not exist before this materialization (its first run)
-            existed = False
-        if existed and not m.extra_info.get("full_refresh"):  # --full-refresh dropped it first
-            con.execute(sqlp.copy_to_scratch(schema, name, pin))
-        alters = [str(a) for a in m.extra_info.get("schema_changes", [])]
-        for st in m.statements:
-            if st.get("role") == "test":
-                continue
-            if alters and st.get("role") == "write":  # where on_schema_change ran them: see Executor
-                replay_alters(con, alters, (schema, name))
-                alters = []
-            text = sqlp.scratch_statement(st["sql"], pin, (schema, name))
-            if text is not None:
-                con.execute(*bound(text, m.params))
-            if alters and st.get("role") == "bootstrap":  # ... or right after CREATE TABLE IF NOT EXISTS
-                replay_alters(con, alters, (schema, name))
-                alters = []
-        compare(con, sqlp.scratch_table(schema, name), sqlp.at(schema, name, snapshot_id), out)
-
-    try:
-        _guarded(out, redact, run)
-    finally:
-        con.execute(sqlp.detach_scratch())  # each statement ran on its own (autocommit): nothing is open
-    return out

@@ -14,9 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lakewrap.config import load_config
-from lakewrap.errors import ConfigError, Location
-
 
 def attach_statements(root: Path) -> list[str]:
     """The statements that attach the project's DuckLake in a DuckDB client (see the module)."""
@@ -73,12 +70,9 @@ def _lake_config(root: Path) -> Any:
     """The lake's config; a folder that is no project, or a lake never created, is refused (exit 2)."""
     from lakewrap.execute.lake import Lake
     from lakewrap.project import require_project
+    from lakewrap.substrates.registry import of_project
 
     root = require_project(root)
-    cfg = load_config(root).lake
-    if cfg.substrate != "ducklake":
-        raise ConfigError("`lakewrap shell` opens DuckLake lakes only", location=Location("lakewrap.toml"),
-                          hint="on Iceberg, read the tables with `lakewrap query` or a pyiceberg catalog "
-                          "(docs/iceberg.md, \"Catalogs\")")
+    cfg = of_project(root).shell_config(root)  # refused where another DuckDB client cannot attach the lake
     Lake.open(root).check_exists()
     return cfg

@@ -15,12 +15,23 @@ ask it for a role and never branch on the substrate's name:
   probed columns);
 - commit lookup (:meth:`Substrate.resolve_outcome`): a step that did not report success, looked up
   in the lake;
-- state store (:meth:`Substrate.materializations`): the recorded materializations of a table;
+- state store (:meth:`Substrate.materializations`): the recorded materializations of a table, as
+  typed records (:class:`lakewrap.provenance.Materialization`), for ``status`` and ``history``;
 - change feed (:meth:`Substrate.feed`, and :meth:`Substrate.stale` over it): ``run --stale`` and
   the stale column of ``status``; the rules are shared (:func:`lakewrap.stale.find_stale`), the
   feed answers what the lake recorded and what changed since;
 - maintainer (:meth:`Substrate.maintainer`): ``lakewrap maintain`` (compaction, snapshot expiry
   sparing run records, old and orphan files), or a refusal with a hint.
+- reads (:meth:`Substrate.query`): one read-only statement for ``lakewrap query``, optionally as of
+  a run or snapshot (:class:`lakewrap.provenance.RunOrSnapshot`);
+- tests (:meth:`Substrate.test_session`): the session ``lakewrap test`` runs a model's tests in;
+- shell (:meth:`Substrate.shell_config`): the ``[lake]`` another DuckDB client attaches
+  (``lakewrap shell``), refused where none can;
+- provenance backend (:meth:`Substrate.provenance`): the records ``explain``, ``reproduce``,
+  ``restore`` and ``compile --as-of`` read, the replay, the restore plan, the as-of pins
+  (:class:`ProvenanceBackend`);
+- transcript (:attr:`Substrate.transcript`): how the printed form of a plan reads on it
+  (:mod:`lakewrap.output`, ``explain``);
 
 Importing this module (and the registry) loads neither duckdb nor pyarrow nor pyiceberg:
 ``lakewrap compile`` resolves its substrate's compiler through it. Each role's implementation is
@@ -29,7 +40,9 @@ imported when it is first asked for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -37,6 +50,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from lakewrap.config import SubstrateConfig
 
 if TYPE_CHECKING:
+    from lakewrap.compilers.artifacts import CompiledPlan, Window
     from lakewrap.compilers.base import Capabilities, Compiler
     from lakewrap.config import LakeConfig, ProjectConfig
     from lakewrap.execute.executor import Result
@@ -44,6 +58,7 @@ if TYPE_CHECKING:
     from lakewrap.maintain import MaintainReport
     from lakewrap.plan import Plan
     from lakewrap.project import Project
+    from lakewrap.provenance import Materialization, Reproduction, RunOrSnapshot
     from lakewrap.spec import ModelSpec
     from lakewrap.stale import Feed, StaleModel
 
@@ -79,6 +94,69 @@ class Maintainer(Protocol):
 
     def maintain(self, specs: Sequence[ModelSpec], report: MaintainReport, *, dry_run: bool,
                  now: datetime) -> MaintainReport: ...
+@dataclass(frozen=True)
+class Transcript:
+    """How the printed form of a plan (:func:`lakewrap.output.plan_sql`) and of a recorded
+    materialization (``lakewrap explain``) reads on a substrate."""
+
+    # the leading setup statements run before BEGIN, each committed on its own (DuckDB's Iceberg
+    # REST catalog cannot create a table in a namespace created in the same transaction)
+    setup_before_begin: bool = False
+    # the as-of header of ``compile --as-of``: how the upstream reads are pinned
+    as_of: str = "every upstream read is pinned with AT (VERSION => n)"
+    # whether the as-of header lists the pinned upstreams (the notes of the pinning setup statements)
+    lists_pins: bool = False
+    # whether a record has a base snapshot (the target's snapshot the transaction started from)
+    shows_base: bool = False
+
+
+class ProvenanceBackend(Protocol):
+    """The records of one lake and what ``explain``, ``reproduce``, ``restore`` and ``compile
+    --as-of`` do with them (:mod:`lakewrap.provenance` holds the shared logic: which
+    materializations a command means, the printout, the comparison). Opening one reads nothing;
+    :meth:`close` releases whatever it opened."""
+
+    def by_run(self, run_id: str) -> list[Materialization]:
+        """The materializations of run ``run_id``, with their statements (empty: none recorded)."""
+        ...
+
+    def by_snapshot(self, snapshot_id: int) -> list[Materialization]:
+        """The materialization that committed snapshot ``snapshot_id``; a ``StateError`` saying
+        why when the lake has no such snapshot or lakewrap did not commit it."""
+        ...
+
+    def explain_ddl(self, m: Materialization) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """What changed the table's DDL outside the plan's statements, as statements to print: the
+        ``--full-refresh`` (None without one) and the ``on_schema_change`` changes."""
+        ...
+
+    def reproduce(self, found: list[Materialization]) -> list[Reproduction]:
+        """Each materialization rebuilt in scratch space and compared with the table it committed."""
+        ...
+
+    def pinned_at_snapshot(self, plans: list[CompiledPlan], ref: RunOrSnapshot) -> list[CompiledPlan]:
+        """``compile --as-of N``: each plan with its upstream reads as the lake stood at snapshot N."""
+        ...
+
+    def pinned_to(self, plan: CompiledPlan, m: Materialization) -> CompiledPlan:
+        """``compile --as-of RUN``: ``plan`` with the pins and parameter values ``m`` recorded."""
+        ...
+
+    def restore_version(self, target: str, window: Window | None, to_run: str | None,
+                        to_snapshot: int | None) -> int:
+        """The snapshot a restore of ``target`` copies from; a ``StateError`` when there is none."""
+        ...
+
+    def restore_plan(self, spec: ModelSpec, key: str | None, version: int, window: Window | None) -> CompiledPlan:
+        """The restore as a plan this substrate's executor commits (what ``--dry-run`` prints)."""
+        ...
+
+    def run_restore(self, plan: CompiledPlan, version: int, provenance: dict[str, Any], run_id: str,
+                    folder: Path) -> Result:
+        """Commit the restore: one transaction with its own record naming what it restored."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class Substrate:
@@ -89,6 +167,7 @@ class Substrate:
     # a :class:`~lakewrap.config.SubstrateConfig` subclass with ``substrate: Literal["<tag>"]`` and
     # the substrate's own keys. The base takes no key but ``substrate`` (its tag is then ``name``).
     config_class: ClassVar[type[SubstrateConfig]] = SubstrateConfig
+    transcript: ClassVar[Transcript] = Transcript()
 
     # -- compile side (pure: no database import) --------------------------------------------------
     def compiler(self) -> Compiler:
@@ -113,8 +192,47 @@ class Substrate:
         raise NotImplementedError
 
     # -- records ---------------------------------------------------------------------------------
-    def materializations(self, lake: Any, target: str) -> list[dict[str, Any]]:
+    def materializations(self, lake: Any, target: str) -> list[Materialization]:
+        """State store: the materializations of ``target`` recorded in the lake, oldest first
+        (without their statements; empty when nothing ran yet)."""
         raise NotImplementedError
+
+    @contextmanager
+    def state_reader(self, lake: Any) -> Iterator[Callable[[str], list[Materialization]]]:
+        """:meth:`materializations` of one target after another on one session (``status``)."""
+        yield lambda target: self.materializations(lake, target)
+
+    def query(self, root: Path, text: str, as_of: RunOrSnapshot | None, fetch: Callable[[Any], Any]) -> Any:
+        """Reads: ``fetch(cursor)`` of one read-only statement (checked by the caller against this
+        lake's sandbox, :meth:`file_sandbox`), optionally with every table as of a run or snapshot."""
+        raise NotImplementedError
+
+    def check_as_of(self, as_of: RunOrSnapshot | None) -> None:
+        """Refuse ``query --as-of`` where the lake cannot read every table as of a run or snapshot."""
+
+    def file_sandbox(self, root: Path) -> bool:
+        """Whether the lake's connections have a file sandbox (``lakewrap query`` may read files)."""
+        return True
+
+    def test_session(self, lake: Any, con: Any, spec: ModelSpec) -> AbstractContextManager[Any]:
+        """The cursor ``lakewrap test`` runs one model's tests on (``con`` from ``lake.connect()``)."""
+        raise NotImplementedError
+
+    def shell_config(self, root: Path) -> LakeConfig:
+        """``lakewrap shell``: the ``[lake]`` another DuckDB client attaches; refused where none can."""
+        from lakewrap.errors import ConfigError, Location
+
+        raise ConfigError(f"`lakewrap shell` cannot open a lake of substrate `{self.name}`",
+                          location=Location("lakewrap.toml"), hint="read its tables with `lakewrap query`")
+
+    def provenance(self, root: Path) -> ProvenanceBackend:
+        """Provenance backend: the records of the lake at ``root`` (:class:`ProvenanceBackend`)."""
+        from lakewrap.errors import UnsupportedError
+
+        raise UnsupportedError(f"substrate `{self.name}` records no provenance lakewrap can read",
+                               hint="explain, reproduce, restore and compile --as-of read the records "
+                               "lakewrap's own commits carry")
+
 
     # -- change feed -----------------------------------------------------------------------------
     def feed(self, lake: Any, con: Any) -> Feed:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from lakewrap.errors import UnsupportedError, choices_hint
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from lakewrap.config import LakeConfig
     from lakewrap.substrates.protocol import Substrate
 
@@ -62,6 +64,27 @@ def key(lake: LakeConfig) -> str:
     return lake.substrate
 
 
+@cache
+def of_plan(substrate: str, write_path: str) -> Substrate:
+    """The substrate whose compiler wrote a plan (``CompiledPlan.substrate`` and ``.write_path``)."""
+    first = _table().get(substrate)
+    candidates = ([substrate] if first else []) + [n for n in names() if n != substrate]
+    for name in candidates:
+        found = get(name)
+        caps = found.capabilities
+        if caps.name == substrate and caps.write_path == write_path:
+            return found
+    raise UnsupportedError(f"no substrate compiles plans of `{substrate}` (write path {write_path})",
+                           hint=choices_hint(substrate, names(), "substrate"))
+
+
 def resolve(lake: LakeConfig) -> Substrate:
     """The substrate object of a project's ``[lake]``."""
     return get(key(lake))
+
+
+def of_project(root: Path) -> Substrate:
+    """The substrate of the project at ``root`` (its ``lakewrap.toml``'s ``[lake]``)."""
+    from lakewrap.config import load_config
+
+    return resolve(load_config(root).lake)

@@ -6,6 +6,8 @@ committed in the same transaction as the data.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,15 +17,17 @@ from lakewrap.substrates.protocol import Substrate
 
 if TYPE_CHECKING:
     from lakewrap.compilers.base import Compiler
-    from lakewrap.config import ProjectConfig
+    from lakewrap.config import LakeConfig, ProjectConfig
     from lakewrap.execute.executor import Result
     from lakewrap.execute.lake import Lake
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
+    from lakewrap.provenance import Materialization, RunOrSnapshot
     from lakewrap.spec import ModelSpec
     from lakewrap.substrates.ducklake.feed import DuckLakeFeed
     from lakewrap.substrates.ducklake.maintain import DuckLakeMaintainer
     from lakewrap.substrates.ducklake.materialize import Executor
+    from lakewrap.substrates.ducklake.provenance import DuckLakeProvenance
 
 
 class DuckLake(Substrate):
@@ -56,6 +60,55 @@ class DuckLake(Substrate):
         from lakewrap.outcome import resolve
 
         return resolve(lake, con, run_id, result)
+
+    def materializations(self, lake: Lake, target: str) -> list[Materialization]:
+        with self.state_reader(lake) as read:
+            return read(target)
+
+    @contextmanager
+    def state_reader(self, lake: Lake) -> Iterator[Callable[[str], list[Materialization]]]:
+        from lakewrap.substrates.ducklake.provenance import materializations
+
+        con = lake.connect()
+        try:
+            yield lambda target: materializations(con, lake.alias, target)
+        finally:
+            lake.close(con)
+
+    def query(self, root: Path, text: str, as_of: RunOrSnapshot | None, fetch: Callable[[Any], Any]) -> Any:
+        from lakewrap.errors import ExecutionError
+        from lakewrap.execute import sandbox
+
+        self.check_as_of(as_of)
+        lake = self.open(root, read_only=True)
+        con = lake.connect()
+        try:
+            return fetch(con.execute(text))
+        except Exception as exc:
+            raise ExecutionError(lake.redact(str(exc)).strip(), hint=sandbox.access_hint(str(exc))) from None
+        finally:
+            lake.close(con)
+
+    def check_as_of(self, as_of: RunOrSnapshot | None) -> None:
+        if as_of is not None:
+            from lakewrap.errors import PlanError
+
+            raise PlanError("--as-of is implemented for Iceberg lakes only",
+                            hint="on a DuckLake, read a past snapshot with `FROM t AT (VERSION => n)`")
+
+    @contextmanager
+    def test_session(self, lake: Lake, con: Any, spec: ModelSpec) -> Iterator[Any]:
+        yield con  # the tests read the lake itself, on its read-only connection
+
+    def shell_config(self, root: Path) -> LakeConfig:
+        from lakewrap.config import load_config
+
+        return load_config(root).lake
+
+    def provenance(self, root: Path) -> DuckLakeProvenance:
+        from lakewrap.substrates.ducklake.provenance import DuckLakeProvenance
+
+        return DuckLakeProvenance(root)
 
     def feed(self, lake: Lake, con: Any) -> DuckLakeFeed:
         from lakewrap.substrates.ducklake.feed import feed

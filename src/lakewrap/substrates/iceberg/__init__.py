@@ -5,23 +5,27 @@ through DuckDB's Iceberg REST client, records in state tables). One catalog hand
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.config import IcebergLakeConfig
-from lakewrap.substrates.protocol import Substrate
+from lakewrap.substrates.protocol import Substrate, Transcript
 
 if TYPE_CHECKING:
     from lakewrap.compilers.base import Compiler
-    from lakewrap.config import ProjectConfig
+    from lakewrap.config import LakeConfig, ProjectConfig
     from lakewrap.execute.executor import Materializer, Result
     from lakewrap.execute.iceberg import IcebergLake
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
+    from lakewrap.provenance import Materialization, RunOrSnapshot
     from lakewrap.spec import ModelSpec
     from lakewrap.substrates.iceberg.feed import IcebergFeed
     from lakewrap.substrates.iceberg.maintain import IcebergMaintainer
+    from lakewrap.substrates.iceberg.provenance import IcebergProvenance
 
 
 class Iceberg(Substrate):
@@ -29,6 +33,8 @@ class Iceberg(Substrate):
 
     name = "iceberg"
     config_class = IcebergLakeConfig
+    transcript = Transcript(as_of="every upstream is a view at its pinned snapshot (the setup statements)",
+                            lists_pins=True, shows_base=True)
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.iceberg import IcebergCompiler
@@ -57,10 +63,40 @@ class Iceberg(Substrate):
 
         return resolve_iceberg(lake, run_id, result)
 
-    def materializations(self, lake: IcebergLake, target: str) -> list[dict[str, Any]]:
-        from lakewrap.iceberg_state import materializations_of
+    def materializations(self, lake: IcebergLake, target: str) -> list[Materialization]:
+        from lakewrap.substrates.iceberg.state import typed_materializations
 
-        return materializations_of(lake, target)
+        return typed_materializations(lake, target)
+
+    def query(self, root: Path, text: str, as_of: RunOrSnapshot | None, fetch: Callable[[Any], Any]) -> Any:
+        from lakewrap.substrates.iceberg.state import query_cursor
+
+        return query_cursor(root, text, as_of, fetch)
+
+    def file_sandbox(self, root: Path) -> bool:
+        # a rest or glue catalog: no file sandbox on its connections (docs/security.md)
+        return self.open(root.resolve(), read_only=True).sandbox() is not None
+
+    @contextmanager
+    def test_session(self, lake: IcebergLake, con: Any, spec: ModelSpec) -> Iterator[Any]:
+        """A scratch session where the target and the tables the model reads are views at their
+        current snapshots (as during ``run``, minus the write)."""
+        from lakewrap.substrates.iceberg.reads import reads_of
+
+        with lake.scratch(con, (*reads_of(spec), str(spec.target))) as (cursor, _):
+            yield cursor
+
+    def shell_config(self, root: Path) -> LakeConfig:
+        from lakewrap.errors import ConfigError, Location
+
+        raise ConfigError("`lakewrap shell` opens DuckLake lakes only", location=Location("lakewrap.toml"),
+                          hint="on Iceberg, read the tables with `lakewrap query` or a pyiceberg catalog "
+                          "(docs/iceberg.md, \"Catalogs\")")
+
+    def provenance(self, root: Path) -> IcebergProvenance:
+        from lakewrap.substrates.iceberg.provenance import IcebergProvenance
+
+        return IcebergProvenance(root)
 
     def feed(self, lake: IcebergLake, con: Any) -> IcebergFeed:
         from lakewrap.substrates.iceberg.feed import IcebergFeed
@@ -77,6 +113,8 @@ class IcebergSql(Iceberg):
     """Iceberg written by DuckDB SQL through a REST catalog (``write_path = "sql"``)."""
 
     name = "iceberg-sql"
+    transcript = Transcript(setup_before_begin=True, shows_base=True, as_of="every upstream read is pinned with "
+                            "AT (VERSION => n) (an Iceberg snapshot id per table)")
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.iceberg_sql import IcebergSqlCompiler
@@ -106,3 +144,8 @@ class IcebergSql(Iceberg):
             "commit would shift; pyiceberg's table.maintenance.expire_snapshots() expires snapshots (deleting "
             "no file); `lakewrap maintain` runs on the pyiceberg write path (docs/maintenance.md)",
         )
+
+    def provenance(self, root: Path) -> IcebergProvenance:
+        from lakewrap.substrates.iceberg.provenance_sql import IcebergSqlProvenance
+
+        return IcebergSqlProvenance(root)

@@ -141,9 +141,9 @@ class IcebergExecutor(Materializer):
             "watermark": window.end if window and window.kind == "dynamic" else "",
             "started_at": started_at.isoformat(), "attempt": str(attempt), "lakewrap_version": __version__,
             "full_refresh": "true" if refresh else "",
-            "matched": "replace" if op.replaces_matched else "",  # how lakewrap.iceberg_state counts the rows
+            "matched": "replace" if op.replaces_matched else "",  # how substrates/iceberg/state.py counts them
             "counts": json.dumps(dict(zip(("updated", "inserted", "deleted"), rewritten, strict=True)))
-            if rewritten else "",  # a whole rewrite's own counts (lakewrap.iceberg_state reads them)
+            if rewritten else "",  # a whole rewrite's own counts (lakewrap.substrates.iceberg.state reads them)
             # on_schema_change's changes (the commit's update_schema): `reproduce` applies them again
             "schema_changes": json.dumps({"add": changes.add, "widen": changes.widen, "drop": changes.drop,
                                           "leave_out": changes.leave_out,
@@ -152,7 +152,7 @@ class IcebergExecutor(Materializer):
             "tests": json.dumps([{k: t[k] for k in ("name", "line", "severity", "status", "failures")}
                                  for t in result.tests]) if result.tests else "",
         }
-        props.update(record(compiled, job.provenance))  # params, statements (lakewrap.provenance_iceberg)
+        props.update(record(compiled, job.provenance))  # params, statements (lakewrap.substrates.iceberg.provenance)
         summary = {PREFIX + k: v for k, v in props.items()}
         self._commit(compiled, op, target, rows, delete, summary, commit_id, result, log, refresh, changes)
         if rewritten is not None:  # the read-back counted every row of the table as replaced

@@ -169,7 +169,7 @@ class IcebergFeed:
     def records(self, target: str) -> Iterable[Latest]:
         """Every materialization of ``target`` in commit order, oldest first: from the snapshot
         summaries pyiceberg committed (the pin is the materialization's own snapshot)."""
-        from lakewrap.iceberg_state import materializations
+        from lakewrap.substrates.iceberg.state import materializations
 
         for m in materializations(self.table(target)):
             props = m["props"]
@@ -261,7 +261,7 @@ class IcebergSqlFeed(IcebergFeed):
     """The feed of Iceberg written by DuckDB SQL: the materializations are rows of the target's state table."""
 
     def records(self, target: str) -> Iterable[Latest]:
-        from lakewrap.iceberg_state import state_rows
+        from lakewrap.substrates.iceberg.state import state_rows
 
         for row in state_rows(self.lake, target):  # commit order, oldest first
             yield Latest(row["partition_value"], row["window_start"], row["window_end"], 0, _pins(row["pins"]))

@@ -73,7 +73,7 @@ class Referenced:
 def protected_snapshots(records: dict[str, list[dict[str, Any]]], protect: str) -> dict[str, set[int]]:
     """Per table, the snapshot ids retained run records reference.
 
-    ``records`` maps each table to its :func:`lakewrap.iceberg_state.materializations`. A record
+    ``records`` maps each table to its :func:`lakewrap.substrates.iceberg.state.materializations`. A record
     protects the snapshots its commit added, its ``base_snapshot`` (in its target), each upstream
     pin (in that upstream) and, for a restore, the snapshot it copied. With ``protect="latest"``
     only the latest record of each (target, partition) is retained.
@@ -246,7 +246,7 @@ class IcebergMaintainer:
 def maintain_iceberg(lake: IcebergLake, targets: Sequence[str], policy: MaintainConfig, report: MaintainReport,
                      *, dry_run: bool, now: datetime) -> MaintainReport:
     """Steps 1-4 of the module doc on every table of ``lake`` (compaction: ``targets`` only)."""
-    from lakewrap.iceberg_state import materializations
+    from lakewrap.substrates.iceberg.state import materializations
 
     names = lake.tables()
     tables = {n: lake.load(n) for n in names}

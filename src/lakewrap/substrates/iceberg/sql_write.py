@@ -201,7 +201,7 @@ class IcebergSqlExecutor(Materializer):
                     "lakewrap_version": __version__,
                     "tests": json.dumps([{k: t.to_dict()[k] for k in ("name", "severity", "line", "status", "failures")}
                                          for t in outcomes]),
-                    # what `lakewrap reproduce` re-executes: lakewrap.provenance_iceberg_sql
+                    # what `lakewrap reproduce` re-executes: lakewrap.substrates.iceberg.provenance_sql
                     "params": json.dumps(params_of(compiled), sort_keys=True),
                     "statements": json.dumps([s.dump(exclude={"params"})
                                               for s in compiled.statements]),

@@ -13,7 +13,7 @@ PREFIX = "lakewrap."
 # the summary key of a commit ``lakewrap maintain`` made (value "compact"): it changed no row and is
 # not a materialization (it carries no ``lakewrap.commit_id``)
 MAINTAIN_KEY = PREFIX + "maintain"
-COMPACT = "compact"  # MAINTAIN_KEY of a compaction commit: no row changed (lakewrap.maintain_iceberg)
+COMPACT = "compact"  # MAINTAIN_KEY of a compaction commit: no row changed (lakewrap.substrates.iceberg.maintain)
 
 
 def committed_snapshots(table: Any, commit_id: str) -> list[Any]:
@@ -27,7 +27,7 @@ def committed_snapshots(table: Any, commit_id: str) -> list[Any]:
 
 def row_counts(strategy: str, appended: int, deleted: int, *, rebuilt: bool, replaced: bool) -> tuple[int, int, int]:
     """A commit's (inserted, updated, deleted) from the rows it appended and the rows the table's
-    total lost to its delete (the executor's result and ``lakewrap.iceberg_state`` count alike).
+    total lost to its delete (the executor's result and ``lakewrap.substrates.iceberg.state`` count alike).
 
     A rebuild (a full table, ``--full-refresh``) counts only the rows written, as DuckLake's drop and
     re-create; a merge or an SCD2 snapshot counts the rows it replaced as updated, except a merge

@@ -7,15 +7,14 @@ id}, ``base_snapshot``, ``full_refresh``, and the ``params``, ``statements``, ``
 and ``provenance`` that ``explain`` prints and ``reproduce`` re-executes. Reads are pinned with
 DuckDB-Iceberg's own time travel, ``"ice"."s"."t" AT (VERSION => <snapshot id>)`` (measured on
 DuckDB 1.5.5 through the REST catalog: accepted after an alias, in joins and in ``CREATE TABLE ...
-AS``), so the replay is DuckLake's (:func:`lakewrap.provenance._reproduce_one`) with one pin per
-table. A restore is a plan the :class:`~lakewrap.substrates.iceberg.sql_write.IcebergSqlExecutor` runs: its
-state row names what it restored. See ``docs/provenance.md``.
+AS``), so the replay is DuckLake's (:func:`lakewrap.substrates.ducklake.provenance.reproduce_one`)
+with one pin per table. A restore is a plan the :class:`~lakewrap.substrates.iceberg.sql_write.IcebergSqlExecutor`
+runs: its state row names what it restored. The backend, :class:`IcebergSqlProvenance`, is the
+pyiceberg one's with these parts replaced. See ``docs/provenance.md``.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,72 +23,12 @@ from lakewrap.compilers import provenance as sqlp
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Window
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.plan import Param
+from lakewrap.provenance import Materialization, Reproduction, bound, compare, replay_alters
+from lakewrap.substrates.iceberg.provenance import IcebergProvenance, base_snapshot
 
 if TYPE_CHECKING:
-    from lakewrap.provenance import Materialization, Reproduction
-
-
-def _json(value: Any, default: Any) -> Any:
-    return json.loads(value) if value else default
-
-
-def commit_snapshots(table: Any, snapshot_id: int | None, base: int | None) -> list[list[Any]]:
-    """The snapshots one DuckDB commit added (a DELETE and an INSERT add one each): from
-    ``snapshot_id`` back along the parents to ``base``, oldest first, as ``[id, operation]``."""
-    out: list[list[Any]] = []
-    sid = snapshot_id
-    while table is not None and sid is not None and sid != base:
-        snap = table.metadata.snapshot_by_id(sid)
-        if snap is None:
-            break
-        out.append([snap.snapshot_id, snap.summary.operation.value if snap.summary else "?"])
-        sid = snap.parent_snapshot_id
-    return out[::-1]
-
-
-def materializations(lake: IcebergLake) -> list[Materialization]:
-    """Every materialization recorded in the lake's state tables."""
-    from lakewrap.iceberg_state import state_rows
-
-    out = []
-    for name in lake.tables():
-        if name.startswith(isql.STATE_SCHEMA + "."):
-            continue
-        table = lake.load(name)
-        out += [to_materialization(name, row, table) for row in state_rows(lake, name)]
-    return out
-
-
-def to_materialization(target: str, row: dict[str, Any], table: Any) -> Materialization:
-    """One state row as a :class:`Materialization`."""
-    from lakewrap.provenance import Materialization
-
-    base = row.get("base_snapshot")
-    snapshots = commit_snapshots(table, row.get("snapshot_id"), base)
-    extra: dict[str, Any] = {
-        "write_path": "sql", "commit_id": row["commit_id"], "base_snapshot": str(base) if base is not None else "",
-        "full_refresh": bool(row.get("full_refresh")), "attempt": row.get("attempt"),
-        "lakewrap_version": row.get("lakewrap_version"), "tests": _json(row.get("tests"), []),
-        "schema_changes": _json(row.get("schema_changes"), []), "snapshots": snapshots,
-        "operation": ", ".join(op for _, op in snapshots),
-    }
-    if row.get("params") is not None:
-        extra["params"] = _json(row["params"], {})
-    extra.update(_json(row.get("provenance"), {}))
-    committed = (datetime.fromtimestamp(row["committed_ms"] / 1000, tz=timezone.utc)
-                 if row.get("committed_ms") is not None else row["started_at"])
-    window = (f" partition {row['partition_value']}" if row["partition_value"] else "")
-    return Materialization(
-        run_id=row["run_id"], model=row["model"], target=target, partition=row["partition_value"],
-        window_start=row["window_start"].isoformat() if row["window_start"] else None,
-        window_end=row["window_end"].isoformat() if row["window_end"] else None, strategy=row["strategy"],
-        rows_inserted=row["rows_inserted"], rows_updated=row["rows_updated"], rows_deleted=row["rows_deleted"],
-        sql_sha256=row["sql_sha256"], pins=_json(row["pins"], {}),
-        committed_at=committed.isoformat() if committed is not None else "", snapshot_id=row.get("snapshot_id"),
-        author=None, commit_message=f"lakewrap {row['strategy']} {target}{window} (DuckDB commit "
-        f"{row['commit_id']}: " + (", ".join(f"{sid} {op}" for sid, op in snapshots) or "no snapshot") + ")",
-        extra_info=extra, statements=_json(row.get("statements"), []),
-    )
+    from lakewrap.execute.executor import Result
+    from lakewrap.spec import ModelSpec
 
 
 def _pins(m: Materialization) -> dict[str, int]:
@@ -127,8 +66,6 @@ def reproduce_one(con: Any, m: Materialization, out: Reproduction) -> None:
     and then the plan's statements run against it with every upstream read at its pin (setup, tests
     and the state row skipped), and the copy is compared with the table at its committed snapshot.
     """
-    from lakewrap.provenance import bound, compare, replay_alters
-
     if m.snapshot_id is None:
         out.detail = f"{m.target} has no snapshot: the materialization wrote no rows into a new table"
         return
@@ -161,11 +98,6 @@ def reproduce_one(con: Any, m: Materialization, out: Reproduction) -> None:
         con.execute(sqlp.detach_scratch())
 
 
-def base_snapshot(m: Materialization) -> int | None:
-    value = m.extra_info.get("base_snapshot")
-    return int(value) if value else None
-
-
 # --- restore ----------------------------------------------------------------------------------------
 
 
@@ -191,7 +123,7 @@ def restore_plan(spec: Any, target: str, key: str | None, version: int, window: 
     )
 
 
-def run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str, folder: Path) -> Any:
+def run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_id: str, folder: Path) -> Result:
     """Commit the restore: one DuckDB transaction through the REST catalog, with its state row."""
     from lakewrap.substrates.iceberg.sql_connect import connect
     from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
@@ -202,3 +134,36 @@ def run_restore(root: Path, plan: CompiledPlan, provenance: dict[str, Any], run_
         return IcebergSqlExecutor(lake, run_id, folder).materialize(con, plan, provenance=provenance)
     finally:
         con.close()
+
+
+class IcebergSqlProvenance(IcebergProvenance):
+    """The provenance backend of an Iceberg lake written by DuckDB SQL: records from the state
+    tables (:func:`lakewrap.substrates.iceberg.state.typed_materializations`), reads pinned with
+    ``AT (VERSION => n)``, the restore committed by the SQL executor."""
+
+    def explain_ddl(self, m: Materialization) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        refresh = None
+        if m.extra_info.get("full_refresh") in (True, "true"):  # every row deleted first
+            refresh = {"role": "refresh", "note": "--full-refresh: the table was rebuilt from empty",
+                       "sql": isql.delete_all(m.target)}
+        changes = m.extra_info.get("schema_changes") or []
+        return refresh, [{"role": "schema", "note": "on_schema_change", "sql": text} for text in changes]
+
+    def _connect(self) -> Any:
+        from lakewrap.substrates.iceberg.sql_connect import connect
+
+        return connect(self.lake)
+
+    def _replay(self, con: Any, m: Materialization, out: Reproduction) -> None:
+        reproduce_one(con, m, out)
+
+    def _pinned(self, plan: CompiledPlan, pins: dict[str, int | None],
+                params: dict[str, Param] | None = None) -> CompiledPlan:
+        return pinned_plan(plan, pins, params)
+
+    def restore_plan(self, spec: ModelSpec, key: str | None, version: int, window: Window | None) -> CompiledPlan:
+        return restore_plan(spec, str(spec.target), key, version, window)
+
+    def run_restore(self, plan: CompiledPlan, version: int, provenance: dict[str, Any], run_id: str,
+                    folder: Path) -> Result:
+        return run_restore(self.root, plan, provenance, run_id, folder)

@@ -1,31 +1,45 @@
-"""Provenance on an Iceberg lake: the substrate half of :mod:`lakewrap.provenance`.
+"""Provenance on an Iceberg lake written by pyiceberg: the substrate half of :mod:`lakewrap.provenance`.
 
 Everything is read from the snapshot summaries lakewrap's commits carry (``lakewrap.*`` keys: run,
 model, partition, strategy, ``sql_sha256``, ``pins`` = {upstream: snapshot id}, ``base_snapshot``,
-window, ``params`` and the compressed ``statements``; :mod:`lakewrap.provenance_record`). The shared
-logic (which materializations a command means, the comparison, the restore's scope) stays in
-:mod:`lakewrap.provenance`; this module reads records, replays a commit in a scratch DuckDB session
-and commits a restore through :class:`~lakewrap.substrates.iceberg.commit.IcebergExecutor`.
+window, ``params`` and the compressed ``statements``; :mod:`lakewrap.provenance_record`), as typed
+records (:mod:`lakewrap.substrates.iceberg.state`). The shared logic (which materializations a
+command means, the printout, the comparison, the restore's scope) stays in :mod:`lakewrap.provenance`;
+this module replays a commit in a scratch DuckDB session and commits a restore through
+:class:`~lakewrap.substrates.iceberg.commit.IcebergExecutor`. The DuckDB-SQL write path's backend
+(:mod:`lakewrap.substrates.iceberg.provenance_sql`) extends :class:`IcebergProvenance`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.compilers import iceberg as ice
 from lakewrap.compilers import provenance as sqlp
-from lakewrap.compilers.artifacts import CommitOp, CompiledPlan, CompiledStatement
+from lakewrap.compilers.artifacts import CommitOp, CompiledPlan, CompiledStatement, Window
+from lakewrap.errors import StateError
 from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.plan import Param
-from lakewrap.provenance_record import decode
+from lakewrap.provenance import (
+    Materialization,
+    Reproduction,
+    RunOrSnapshot,
+    bound,
+    compare,
+    guarded,
+    project_specs,
+    reproduction,
+    select_materializations,
+    unknown_run,
+)
+from lakewrap.substrates.iceberg.state import as_of_snapshots, typed_materializations
 
 if TYPE_CHECKING:
-    from lakewrap.provenance import Materialization, Reproduction
-
-_JSON_KEYS = ("params", "tests", "restored_from", "schema_changes")
+    from lakewrap.execute.executor import Result
+    from lakewrap.spec import ModelSpec
 
 
 @dataclass
@@ -44,16 +58,9 @@ class IcebergRecords:
 
     def all(self) -> list[Materialization]:
         if self._all is None:
-            from lakewrap.iceberg_state import materializations
-
             out = []
-            if self.lake.config.write_path == "sql":  # records in the state tables
-                from lakewrap.provenance_iceberg_sql import materializations as recorded
-
-                out = recorded(self.lake)
-            else:
-                for name in self.lake.tables():
-                    out += [to_materialization(name, d) for d in materializations(self.lake.load(name))]
+            for name in self.lake.tables():
+                out += typed_materializations(self.lake, name)
             out.sort(key=lambda m: (m.committed_at, m.target, m.partition or ""))
             self._all = out
         return self._all
@@ -84,35 +91,6 @@ def snapshot_ids(m: Materialization) -> list[int]:
     return [int(sid) for sid, _ in m.extra_info.get("snapshots", [])]
 
 
-def to_materialization(target: str, d: dict[str, Any]) -> Materialization:
-    """One commit's summary (``iceberg_state.materializations``) as a :class:`Materialization`."""
-    from lakewrap.provenance import Materialization
-
-    props: dict[str, str] = d["props"]
-    extra: dict[str, Any] = {k: v for k, v in props.items() if k != "statements"}
-    for key in _JSON_KEYS:
-        if props.get(key):
-            extra[key] = json.loads(props[key])
-    extra["snapshots"] = [list(s) for s in d["snapshots"]]
-    operation = ", ".join(op for _, op in d["snapshots"])
-    extra["operation"] = operation
-    statements: list[dict[str, Any]] = []
-    if props.get("statements"):
-        payload = decode(props["statements"])
-        statements = list(payload.get("statements", []))
-        extra["commits"] = list(payload.get("commits", []))
-    return Materialization(
-        run_id=d["run_id"] or "", model=props.get("model", ""), target=target, partition=d["partition"],
-        window_start=props.get("window_start") or None, window_end=props.get("window_end") or None,
-        strategy=d["strategy"], rows_inserted=d["rows_inserted"], rows_updated=d["rows_updated"],
-        rows_deleted=d["rows_deleted"], sql_sha256=d["sql_sha256"], pins=d["pins"], committed_at=d["committed_at"],
-        snapshot_id=int(d["snapshot_id"]), author=None,
-        commit_message=f"pyiceberg {operation} of {target} (snapshots " + ", ".join(
-            f"{sid} {op}" for sid, op in d["snapshots"]) + ")",
-        extra_info=extra, statements=statements,
-    )
-
-
 def base_snapshot(m: Materialization) -> int | None:
     """The target's snapshot the commit's transaction started from (None: the table was new)."""
     value = m.extra_info.get("base_snapshot")
@@ -128,11 +106,7 @@ def pinned_plan(lake: IcebergLake, plan: CompiledPlan, pins: dict[str, int | Non
     ``CREATE OR REPLACE VIEW s.t AS SELECT * FROM iceberg_scan(<metadata>, snapshot_from_id => n)``),
     and, when given, the parameter values a run bound. The model's own statements are unchanged: on
     Iceberg every read goes through those views. On write path ``sql`` the reads are pinned in the
-    statements instead (:func:`lakewrap.provenance_iceberg_sql.pinned_plan`)."""
-    if plan.write_path == "sql":
-        from lakewrap.provenance_iceberg_sql import pinned_plan as pinned_sql
-
-        return pinned_sql(plan, pins, params)
+    statements instead (:func:`lakewrap.substrates.iceberg.provenance_sql.pinned_plan`)."""
     setup = []
     for name, sid in sorted(pins.items()):
         if name == plan.target:
@@ -154,9 +128,7 @@ def pinned_plan(lake: IcebergLake, plan: CompiledPlan, pins: dict[str, int | Non
 
 def as_of_pins(lake: IcebergLake, names: list[str], snapshot_id: int) -> dict[str, int | None]:
     """Each table as the lake stood when snapshot ``snapshot_id`` (of any table) was committed."""
-    from lakewrap.iceberg_state import as_of_snapshots
-
-    every = as_of_snapshots(lake, lake.tables(), str(snapshot_id))  # the snapshot may be of any table
+    every = as_of_snapshots(lake, lake.tables(), RunOrSnapshot(snapshot=snapshot_id))  # of any table
     return {name: every.get(name) for name in names}
 
 
@@ -171,8 +143,6 @@ def reproduce_one(lake: IcebergLake, con: Any, m: Materialization, out: Reproduc
     parameter values; the commit operation is applied to a temporary copy: the base rows its delete
     filter keeps, then its rows. Only the scratch session is written.
     """
-    from lakewrap.provenance import bound, compare
-
     commits = [CommitOp.validate(c) for c in m.extra_info.get("commits", [])]
     if not m.statements or len(commits) != 1:
         out.detail = ("its statements are not in the snapshot summary (committed before lakewrap recorded them, "
@@ -236,7 +206,7 @@ def replay_changes(cursor: Any, recorded: dict[str, Any], target: str, location:
 # --- restore ----------------------------------------------------------------------------------------
 
 
-def restore_plan(spec: Any, target: str, key: str | None, version: int, window: Any) -> CompiledPlan:
+def restore_plan(spec: Any, target: str, key: str | None, version: int, window: Window | None) -> CompiledPlan:
     """The restore as a plan the Iceberg executor runs: stage the rows of ``version``, one overwrite."""
     statements, delete_where, rows = sqlp.iceberg_restore(key, version, target)
     params: dict[str, Param] = {}
@@ -257,7 +227,7 @@ def restore_plan(spec: Any, target: str, key: str | None, version: int, window: 
 
 
 def run_restore(root: Path, plan: CompiledPlan, version: int, provenance: dict[str, Any], run_id: str,
-                folder: Path) -> Any:
+                folder: Path) -> Result:
     """Commit the restore: one pyiceberg transaction, its summary naming what it restored."""
     from lakewrap.substrates.iceberg.commit import IcebergExecutor
 
@@ -276,3 +246,119 @@ def run_restore(root: Path, plan: CompiledPlan, version: int, provenance: dict[s
 def existed_at(lake: IcebergLake, target: str, version: int) -> bool:
     table = lake.load(target)
     return table is not None and table.metadata.snapshot_by_id(version) is not None
+
+
+# --- the backend ------------------------------------------------------------------------------------
+
+
+class IcebergProvenance:
+    """The provenance backend of an Iceberg lake written by pyiceberg
+    (:class:`~lakewrap.substrates.protocol.ProvenanceBackend`); opening it checks the catalog
+    exists (creating nothing) and reads no record yet."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.records = IcebergRecords.open(root)
+
+    @property
+    def lake(self) -> IcebergLake:
+        return self.records.lake
+
+    def close(self) -> None:
+        self.records.close()
+
+    def by_run(self, run_id: str) -> list[Materialization]:
+        return self.records.by_run(run_id)
+
+    def by_snapshot(self, snapshot_id: int) -> list[Materialization]:
+        found = self.records.by_snapshot(snapshot_id)
+        if found:
+            return found
+        owner = self.records.owner(snapshot_id)
+        if owner is None:
+            raise StateError(f"the lake has no snapshot {snapshot_id}",
+                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+        name, snap = owner
+        raise StateError(f"snapshot {snapshot_id} of {name} was not committed by a lakewrap materialization "
+                         f"(operation {snap.summary.operation.value if snap.summary else '?'}, no lakewrap.run_id "
+                         "in its summary)", hint="seeds and plain pyiceberg writes commit snapshots too; "
+                         "`lakewrap history MODEL` lists the snapshots lakewrap committed")
+
+    def explain_ddl(self, m: Materialization) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        refresh = None
+        if m.extra_info.get("full_refresh") in (True, "true"):  # the commit overwrote every row
+            refresh = {"role": "refresh",
+                       "note": "--full-refresh: the table was rebuilt from empty (the commit overwrote every row)"}
+        changes = m.extra_info.get("schema_changes") or []
+        if isinstance(changes, dict):  # applied by the commit's update_schema
+            from lakewrap.compilers.schema import Changes
+
+            said = Changes(add=changes.get("add", []), widen=changes.get("widen", []), drop=changes.get("drop", []),
+                           leave_out=changes.get("leave_out", [])).describe()
+            return refresh, [{"role": "schema", "note": "on_schema_change, applied by the commit (pyiceberg "
+                              "update_schema): " + "; ".join(said)}]
+        return refresh, [{"role": "schema", "note": "on_schema_change", "sql": text} for text in changes]
+
+    def _connect(self) -> Any:
+        return self.lake.connect()
+
+    def _replay(self, con: Any, m: Materialization, out: Reproduction) -> None:
+        reproduce_one(self.lake, con, m, out)
+
+    def reproduce(self, found: list[Materialization]) -> list[Reproduction]:
+        con = self._connect()
+        try:
+            results = []
+            for m in found:
+                out = reproduction(m, None)
+                if out.status == "ERROR":
+                    guarded(out, self.lake.redact, partial(self._replay, con, m, out))
+                results.append(out)
+            return results
+        finally:
+            self.lake.close(con)
+
+    def _pinned(self, plan: CompiledPlan, pins: dict[str, int | None],
+                params: dict[str, Param] | None = None) -> CompiledPlan:
+        return pinned_plan(self.lake, plan, pins, params)
+
+    def pinned_at_snapshot(self, plans: list[CompiledPlan], ref: RunOrSnapshot) -> list[CompiledPlan]:
+        from lakewrap.substrates.iceberg.reads import reads_of
+
+        assert ref.snapshot is not None
+        if not self.records.has_snapshot(ref.snapshot):
+            raise StateError(f"the lake has no snapshot {ref.snapshot}",
+                             hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")
+        specs = {str(s.target): s for s in project_specs(self.root)}
+        return [self._pinned(plan, as_of_pins(self.lake, list(reads_of(specs[plan.target])), ref.snapshot))
+                for plan in plans]
+
+    def pinned_to(self, plan: CompiledPlan, m: Materialization) -> CompiledPlan:
+        return self._pinned(plan, m.pins, m.params)
+
+    def restore_version(self, target: str, window: Window | None, to_run: str | None,
+                        to_snapshot: int | None) -> int:
+        """The snapshot of the table ``target`` a restore copies from (Iceberg snapshot ids are per table)."""
+        if to_run is not None:
+            found = self.records.by_run(to_run)
+            if not found:
+                raise unknown_run(to_run)
+            found = select_materializations(found, to_run, target, window.value if window else None)
+            version = found[-1].snapshot_id
+            assert version is not None
+        else:
+            assert to_snapshot is not None
+            version = to_snapshot
+        if not existed_at(self.lake, target, version):
+            owner = self.records.owner(version)
+            raise StateError(f"`{target}` has no snapshot {version}"
+                             + (f" (it is a snapshot of {owner[0]})" if owner else " (the lake has no such snapshot)"),
+                             hint=f"`lakewrap history {target}` lists the table's snapshots; it may have been expired")
+        return version
+
+    def restore_plan(self, spec: ModelSpec, key: str | None, version: int, window: Window | None) -> CompiledPlan:
+        return restore_plan(spec, str(spec.target), key, version, window)
+
+    def run_restore(self, plan: CompiledPlan, version: int, provenance: dict[str, Any], run_id: str,
+                    folder: Path) -> Result:
+        return run_restore(self.root, plan, version, provenance, run_id, folder)  # type: ignore[no-any-return]

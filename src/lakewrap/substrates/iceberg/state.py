@@ -1,9 +1,12 @@
-"""``query``, ``status`` and ``history`` on an Iceberg lake, read from the tables' own snapshots.
+"""The state store of an Iceberg lake, on both write paths, and its reads (``query``, ``status``,
+``history``, ``compile --as-of N``).
 
-Every materialization's state is in the summary of the snapshot(s) its commit added (keys
-``lakewrap.*``; an overwrite adds a delete and an append snapshot, both carrying it). Nothing is
-kept beside the lake that could disagree with the data. Snapshots removed by expiry take their
-history with them.
+pyiceberg: every materialization's state is in the summary of the snapshot(s) its commit added
+(keys ``lakewrap.*``; an overwrite adds a delete and an append snapshot, both carrying it). DuckDB
+SQL (``write_path = "sql"``): a row of the target's state table, committed in the same catalog
+transaction as the data. Nothing is kept beside the lake that could disagree with the data.
+Snapshots removed by expiry take their history with them. :func:`typed_materializations` gives
+either as :class:`lakewrap.provenance.Materialization` records.
 """
 
 from __future__ import annotations
@@ -16,7 +19,12 @@ from typing import Any
 from lakewrap.errors import ExecutionError, PlanError
 from lakewrap.execute import sandbox
 from lakewrap.execute.iceberg import IcebergLake
+from lakewrap.provenance import Materialization, RunOrSnapshot
+from lakewrap.provenance_record import decode
 from lakewrap.substrates.iceberg.summary import PREFIX, row_counts, total_records
+
+# the summary properties that hold JSON
+_JSON_KEYS = ("params", "tests", "restored_from", "schema_changes")
 
 
 def materializations(table: Any) -> list[dict[str, Any]]:
@@ -60,7 +68,7 @@ def materializations(table: Any) -> list[dict[str, Any]]:
             "model": props.get("model"),
             "full_refresh": props.get("full_refresh") == "true",
             "timestamp_ms": last.timestamp_ms,
-            # for lakewrap.provenance_iceberg: every lakewrap.* key, and the commit's snapshots
+            # for to_materialization: every lakewrap.* key, and the commit's snapshots
             "props": props, "snapshots": [(s.snapshot_id, s.summary.operation.value) for s in snaps],
         })
     out.sort(key=lambda m: m["timestamp_ms"])
@@ -123,27 +131,7 @@ def materializations_of(lake: IcebergLake, target: str) -> list[dict[str, Any]]:
     return materializations(lake.load(target))
 
 
-def history(root: Path, model: str) -> list[dict[str, Any]]:
-    """The materializations of one model, newest first, with their Iceberg snapshot ids."""
-    from lakewrap.compile import load_project
-
-    root = root.resolve()
-    specs = load_project(root, None).select([model])
-    if len(specs) != 1:
-        raise PlanError(f"`{model}` names {len(specs)} models", hint="use schema.name")
-    lake = IcebergLake.open(root, read_only=True)
-    rows = materializations_of(lake, str(specs[0].target))
-    keys = ("snapshot_id", "run_id", "partition", "strategy", "rows_inserted", "rows_updated", "rows_deleted",
-            "sql_sha256", "committed_at", "pins")
-    return [{k: m[k] for k in keys} for m in reversed(rows)]
-
-
-def status_rows(lake: IcebergLake, target: str) -> list[tuple[str | None, str, str]]:
-    """(partition, run id, committed at) of each materialization of ``target``."""
-    return [(m["partition"], m["run_id"], m["committed_at"]) for m in materializations_of(lake, target)]
-
-
-def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: str) -> dict[str, int | None]:
+def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: RunOrSnapshot) -> dict[str, int | None]:
     """Each table's snapshot as the lake stood when run ``as_of`` (or snapshot ``as_of``) committed.
 
     The instant is the last commit of that run (or that snapshot's commit); each table is read at
@@ -151,9 +139,9 @@ def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: str) -> dict[str
     """
     tables = {n: lake.load(n) for n in names}
     instant: int | None = None
-    if as_of.isdigit():
+    if as_of.snapshot is not None:
         for t in tables.values():
-            snap = t.metadata.snapshot_by_id(int(as_of)) if t is not None else None
+            snap = t.metadata.snapshot_by_id(as_of.snapshot) if t is not None else None
             if snap is not None:
                 instant = snap.timestamp_ms
     elif lake.config.write_path == "sql":  # the run's materializations, from the state tables
@@ -163,12 +151,12 @@ def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: str) -> dict[str
                 continue
             for m in sql_materializations(lake, name):
                 snap = t.metadata.snapshot_by_id(m["snapshot_id"]) if m["snapshot_id"] is not None else None
-                if m["run_id"] == as_of and snap is not None:
+                if m["run_id"] == as_of.run_id and snap is not None:
                     stamps.append(snap.timestamp_ms)
         instant = max(stamps) if stamps else None
     else:
         stamps = [s.timestamp_ms for t in tables.values() if t is not None for s in t.snapshots()
-                  if s.summary is not None and s.summary.additional_properties.get(PREFIX + "run_id") == as_of]
+                  if s.summary is not None and s.summary.additional_properties.get(PREFIX + "run_id") == as_of.run_id]
         instant = max(stamps) if stamps else None
     if instant is None:
         raise PlanError(f"no snapshot or run `{as_of}` in this lake",
@@ -180,7 +168,7 @@ def as_of_snapshots(lake: IcebergLake, names: list[str], as_of: str) -> dict[str
     return out
 
 
-def query_cursor(root: Path, text: str, as_of: str | None, fetch: Any) -> Any:
+def query_cursor(root: Path, text: str, as_of: RunOrSnapshot | None, fetch: Any) -> Any:
     """Run one read-only SELECT over every table of the catalog (each a view), optionally as of a run."""
     lake = IcebergLake.open(root.resolve(), read_only=True)
     names = lake.tables()
@@ -198,3 +186,94 @@ def query_cursor(root: Path, text: str, as_of: str | None, fetch: Any) -> Any:
                 raise ExecutionError(lake.redact(str(exc)).strip(), hint=sandbox.access_hint(str(exc))) from None
     finally:
         lake.close(con)
+
+
+# --- typed records ----------------------------------------------------------------------------------
+
+
+def _json(value: Any, default: Any) -> Any:
+    return json.loads(value) if value else default
+
+
+def to_materialization(target: str, d: dict[str, Any]) -> Materialization:
+    """One pyiceberg commit's summary (:func:`materializations`) as a :class:`Materialization`."""
+    props: dict[str, str] = d["props"]
+    extra: dict[str, Any] = {k: v for k, v in props.items() if k != "statements"}
+    for key in _JSON_KEYS:
+        if props.get(key):
+            extra[key] = json.loads(props[key])
+    extra["snapshots"] = [list(s) for s in d["snapshots"]]
+    operation = ", ".join(op for _, op in d["snapshots"])
+    extra["operation"] = operation
+    statements: list[dict[str, Any]] = []
+    if props.get("statements"):
+        payload = decode(props["statements"])
+        statements = list(payload.get("statements", []))
+        extra["commits"] = list(payload.get("commits", []))
+    return Materialization(
+        run_id=d["run_id"] or "", model=props.get("model", ""), target=target, partition=d["partition"],
+        window_start=props.get("window_start") or None, window_end=props.get("window_end") or None,
+        strategy=d["strategy"], rows_inserted=d["rows_inserted"], rows_updated=d["rows_updated"],
+        rows_deleted=d["rows_deleted"], sql_sha256=d["sql_sha256"], pins=d["pins"], committed_at=d["committed_at"],
+        snapshot_id=int(d["snapshot_id"]), author=None,
+        commit_message=f"pyiceberg {operation} of {target} (snapshots " + ", ".join(
+            f"{sid} {op}" for sid, op in d["snapshots"]) + ")",
+        extra_info=extra, statements=statements,
+    )
+
+
+def commit_snapshots(table: Any, snapshot_id: int | None, base: int | None) -> list[list[Any]]:
+    """The snapshots one DuckDB commit added (a DELETE and an INSERT add one each): from
+    ``snapshot_id`` back along the parents to ``base``, oldest first, as ``[id, operation]``."""
+    out: list[list[Any]] = []
+    sid = snapshot_id
+    while table is not None and sid is not None and sid != base:
+        snap = table.metadata.snapshot_by_id(sid)
+        if snap is None:
+            break
+        out.append([snap.snapshot_id, snap.summary.operation.value if snap.summary else "?"])
+        sid = snap.parent_snapshot_id
+    return out[::-1]
+
+
+def row_to_materialization(target: str, row: dict[str, Any], table: Any) -> Materialization:
+    """One state row (write path ``sql``, :func:`state_rows`) as a :class:`Materialization`."""
+    base = row.get("base_snapshot")
+    snapshots = commit_snapshots(table, row.get("snapshot_id"), base)
+    extra: dict[str, Any] = {
+        "write_path": "sql", "commit_id": row["commit_id"], "base_snapshot": str(base) if base is not None else "",
+        "full_refresh": bool(row.get("full_refresh")), "attempt": row.get("attempt"),
+        "lakewrap_version": row.get("lakewrap_version"), "tests": _json(row.get("tests"), []),
+        "schema_changes": _json(row.get("schema_changes"), []), "snapshots": snapshots,
+        "operation": ", ".join(op for _, op in snapshots),
+    }
+    if row.get("params") is not None:
+        extra["params"] = _json(row["params"], {})
+    extra.update(_json(row.get("provenance"), {}))
+    committed = (datetime.fromtimestamp(row["committed_ms"] / 1000, tz=timezone.utc)
+                 if row.get("committed_ms") is not None else row["started_at"])
+    window = (f" partition {row['partition_value']}" if row["partition_value"] else "")
+    return Materialization(
+        run_id=row["run_id"], model=row["model"], target=target, partition=row["partition_value"],
+        window_start=row["window_start"].isoformat() if row["window_start"] else None,
+        window_end=row["window_end"].isoformat() if row["window_end"] else None, strategy=row["strategy"],
+        rows_inserted=row["rows_inserted"], rows_updated=row["rows_updated"], rows_deleted=row["rows_deleted"],
+        sql_sha256=row["sql_sha256"], pins=_json(row["pins"], {}),
+        committed_at=committed.isoformat() if committed is not None else "", snapshot_id=row.get("snapshot_id"),
+        author=None, commit_message=f"lakewrap {row['strategy']} {target}{window} (DuckDB commit "
+        f"{row['commit_id']}: " + (", ".join(f"{sid} {op}" for sid, op in snapshots) or "no snapshot") + ")",
+        extra_info=extra, statements=_json(row.get("statements"), []),
+    )
+
+
+def typed_materializations(lake: IcebergLake, target: str) -> list[Materialization]:
+    """State store: the materializations of ``target`` as typed records, oldest first, on either
+    write path (with the statements the record carries)."""
+    from lakewrap.compilers.iceberg_sql import STATE_SCHEMA
+
+    if lake.config.write_path == "sql":  # records in the state tables
+        if target.startswith(STATE_SCHEMA + "."):
+            return []
+        table = lake.load(target)
+        return [row_to_materialization(target, row, table) for row in state_rows(lake, target)]
+    return [to_materialization(target, d) for d in materializations(lake.load(target))]
