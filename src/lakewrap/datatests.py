@@ -91,7 +91,7 @@ def run_tests(root: Path, selectors: Sequence[str] = (), *, exclude: Sequence[st
     from lakewrap.runner import new_run_id
 
     folder = root / "target" / "test" / new_run_id(now)
-    from lakewrap.substrates.registry import of_project
+    from lakewrap.substrates import of_project
 
     sub = of_project(root)
     lake = sub.open(root, read_only=True)

@@ -20,7 +20,7 @@ from lakewrap.partitions import Grain, latest_complete, parse_partition, partiti
 from lakewrap.project import require_project
 from lakewrap.provenance import run_or_snapshot
 from lakewrap.spec import TimePartitioning
-from lakewrap.substrates.registry import of_project
+from lakewrap.substrates import of_project
 
 
 @dataclass

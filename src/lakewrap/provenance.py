@@ -27,7 +27,7 @@ from lakewrap.compilers import provenance as sqlp
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.errors import PlanError, StateError
 from lakewrap.plan import Param
-from lakewrap.substrates.registry import of_project
+from lakewrap.substrates import of_project
 
 if TYPE_CHECKING:
     from lakewrap.substrates.protocol import ProvenanceBackend

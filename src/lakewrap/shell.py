@@ -70,7 +70,7 @@ def _lake_config(root: Path) -> Any:
     """The lake's config; a folder that is no project, or a lake never created, is refused (exit 2)."""
     from lakewrap.execute.lake import Lake
     from lakewrap.project import require_project
-    from lakewrap.substrates.registry import of_project
+    from lakewrap.substrates import of_project
 
     root = require_project(root)
     cfg = of_project(root).shell_config(root)  # refused where another DuckDB client cannot attach the lake

@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING
 from lakewrap.errors import UnsupportedError, choices_hint
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from lakewrap.config import LakeConfig
     from lakewrap.substrates.protocol import Substrate
 
@@ -81,10 +79,3 @@ def of_plan(substrate: str, write_path: str) -> Substrate:
 def resolve(lake: LakeConfig) -> Substrate:
     """The substrate object of a project's ``[lake]``."""
     return get(key(lake))
-
-
-def of_project(root: Path) -> Substrate:
-    """The substrate of the project at ``root`` (its ``lakewrap.toml``'s ``[lake]``)."""
-    from lakewrap.config import load_config
-
-    return resolve(load_config(root).lake)
