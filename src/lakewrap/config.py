@@ -117,6 +117,7 @@ class LakeConfig(Frozen):
     write_path: Literal["pyiceberg", "sql"] = "pyiceberg"
     glue: GlueConfig | None = None
     rest: RestConfig | None = None
+    runlog: str | None = None  # the run log's DuckDB file, relative to the project (default: beside the catalog)
 
     def __post_init__(self) -> None:
         if self.substrate == "iceberg":
@@ -133,6 +134,9 @@ class LakeConfig(Frozen):
         for key in ("warehouse", "glue", "rest"):
             if getattr(self, key) is not None:
                 raise ValueError(f"{key} only applies to substrate = \"iceberg\"")
+        if self.runlog is not None:
+            raise ValueError("runlog only applies to substrate = \"iceberg\" (a DuckLake keeps its run log "
+                             "in the catalog database)")
         if self.write_path != "pyiceberg":
             raise ValueError("write_path only applies to substrate = \"iceberg\"")
         if self.catalog not in DUCKLAKE_CATALOGS:
@@ -177,6 +181,14 @@ class LakeConfig(Frozen):
     def iceberg_catalog_path(self, root: Path) -> Path:
         """The SQLite file of an Iceberg ``sql`` catalog."""
         return (root / self.path) if self.path else root / DEFAULT_DIR / "iceberg.db"
+
+    def runlog_path(self, root: Path) -> Path:
+        """An Iceberg lake's run-log DuckDB file: ``runlog``, or ``runlog.duckdb`` beside the
+        embedded catalog (``.lakewrap/runlog.duckdb``; under ``.lakewrap/`` for a glue or rest catalog)."""
+        if self.runlog:
+            return root / self.runlog
+        base = self.iceberg_catalog_path(root).parent if self.catalog == "sql" else root / DEFAULT_DIR
+        return base / "runlog.duckdb"
 
     def warehouse_location(self, root: Path) -> str:
         """The Iceberg warehouse: ``s3://...`` as written, or a local folder as a ``file://`` URI."""

@@ -94,7 +94,7 @@ def run_tests(root: Path, selectors: Sequence[str] = (), *, exclude: Sequence[st
 
     if load_config(root).lake.substrate == "iceberg":
         from lakewrap.execute.iceberg import IcebergLake
-        from lakewrap.iceberg_run import reads_of
+        from lakewrap.substrates.iceberg.run import reads_of
 
         ice = IcebergLake.open(root, read_only=True)
         con = ice.connect()

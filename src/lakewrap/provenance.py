@@ -276,9 +276,9 @@ def _match_run(plans: list[CompiledPlan], recorded: list[Materialization],
 
 
 def _iceberg_as_of(root: Path, plans: list[CompiledPlan], as_of: str) -> tuple[list[CompiledPlan], list[str]]:
-    from lakewrap.iceberg_run import reads_of
     from lakewrap.provenance_iceberg import IcebergRecords, as_of_pins
     from lakewrap.provenance_iceberg import pinned_plan as ice_pinned
+    from lakewrap.substrates.iceberg.run import reads_of
 
     records = IcebergRecords.open(root)
     lake = records.lake

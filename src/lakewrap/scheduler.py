@@ -13,12 +13,16 @@
   new starts, the run is recorded ``cancelled`` and can be resumed (``lakewrap resume RUN_ID``).
   A step that ran and did not report success is looked up in the lake before it is recorded: one
   whose COMMIT landed all the same is a ``success`` (:mod:`lakewrap.outcome`).
-* ``resume`` skips the steps whose materialization the lake's state (``lakewrap.materializations``)
-  records for the run, ``missing_only`` those already materialized with the same compiled SQL
-  (``sql_sha256``), both only while their inputs are unchanged; an ``append`` partition already
-  recorded is not appended again unless ``reappend`` (:mod:`lakewrap.skips`).
+* ``resume`` skips the steps whose materialization the lake's state of record (DuckLake's
+  ``lakewrap.materializations``, Iceberg's snapshot summaries or state tables) records for the run,
+  ``missing_only`` those already materialized with the same compiled SQL (``sql_sha256``), both
+  only while their inputs are unchanged; an ``append`` partition already recorded is not appended
+  again unless ``reappend`` (:mod:`lakewrap.skips`).
 
 The run log (:mod:`lakewrap.runlog`) and ``target/run_results.json`` are written as steps finish.
+Every substrate runs through this module: what differs (the lake handle, planning a step, the
+materializer, the commit lookup, the records skips read, the run log's store) is asked of the
+project's substrate (:mod:`lakewrap.substrates`).
 """
 
 from __future__ import annotations
@@ -39,15 +43,15 @@ from lakewrap.compile import _Cache, compile_plan, load_project
 from lakewrap.config import load_config
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
 from lakewrap.execute.executor import Result
-from lakewrap.execute.lake import Lake
-from lakewrap.outcome import resolve as resolve_outcome
 from lakewrap.project import Project
 from lakewrap.runlog import RunLog, read_run
-from lakewrap.runner import RunReport, new_run_id, plan_model, plan_partitions, refuse_empty, write_results
 from lakewrap.signals import on_signals as _on_signals
 from lakewrap.signals import settle
 from lakewrap.skips import RESUMED
 from lakewrap.spec import ModelSpec, TimePartitioning
+from lakewrap.steps import RunReport, new_run_id, plan_partitions, refuse_empty, write_results
+from lakewrap.substrates.protocol import Substrate
+from lakewrap.substrates.registry import resolve as substrate_of
 from lakewrap.workers import StepRunner, Task, make_runner
 
 Progress = Callable[[str, Any], None]  # ("start", total) / ("step", result) / ("end", report)
@@ -318,7 +322,9 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
 def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[str, Any] | None = None) -> RunReport:
     """Run prepared steps; never raises for model or data errors (they are in the report)."""
     root, opts = prep.root, prep.opts
-    lake = Lake.open(root)
+    config = load_config(root)
+    substrate = substrate_of(config.lake)
+    lake = substrate.open(root, config=config)
     runner = make_runner(opts.executor, prep.workers, lake.config.catalog, opts.scheduler)
     report = RunReport(run_id=prep.run_id, started_at=prep.now.isoformat() if resume is None
                        else str(resume.get("started_at")))
@@ -330,7 +336,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         # what the lake already holds: committed steps of this run (resume), the same SQL (missing-only),
         # append partitions already recorded
         try:
-            skip_done(prep, con, lake.alias, resume is not None)
+            skip_done(prep, substrate, lake, con, resume is not None)
         except BaseException:
             lake.close(con)
             raise
@@ -346,8 +352,9 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         todo = [s for s in prep.steps if s.status == "pending"]
         # a resumed run's counts cover every step of the run: those it committed before, too
         report.earlier = sum(s.status == "done" and s.reason == RESUMED for s in prep.steps)
-        log = RunLog.open(lake, con, prep.run_id, opts.command, args=opts.to_args(), executor=runner.kind,
-                          workers=runner.workers, steps=len(todo), previous=resume, earlier=report.earlier,
+        log = RunLog.open(substrate.runlog(lake, con), lake.redact, prep.run_id, opts.command,
+                          args=opts.to_args(), executor=runner.kind, workers=runner.workers, steps=len(todo),
+                          previous=resume, earlier=report.earlier,
                           on_flush=lambda: write_results(root, folder, report))
         stack.callback(log.close)
         for s in prep.steps:
@@ -356,7 +363,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": s.reason}
                             for s in prep.steps if s.status == "done"]
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
-                              lambda result: resolve_outcome(lake, con, prep.run_id, result))
+                              lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result))
         if progress:
             progress("start", len(todo))
         restore = _on_signals(scheduler.cancel)
@@ -385,19 +392,19 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
     return report
 
 
-def skip_done(prep: Prepared, con: Any, alias: str, resuming: bool) -> None:
+def skip_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any, resuming: bool) -> None:
     """Mark the steps the lake already holds ``done``, each with its reason (:mod:`lakewrap.skips`)."""
     from lakewrap.skips import mark
 
     def sha_of(spec: ModelSpec, partition: str | None) -> str | None:
         try:
-            return compile_plan(plan_model(con, spec, partition, prep.now), prep.cache).sql_sha256
+            return compile_plan(substrate.plan_step(lake, con, spec, partition, prep.now), prep.cache).sql_sha256
         except Exception:  # it fails again when it runs, and is reported there
             return None
 
-    mark(prep.steps, prep.selected, prep.project, con, alias, run_id=prep.run_id, resuming=resuming,
-         missing_only=prep.opts.missing_only, reappend=prep.opts.reappend, full_refresh=prep.opts.full_refresh,
-         sha_of=sha_of)
+    mark(prep.steps, prep.selected, prep.project, substrate.step_records(lake, con), run_id=prep.run_id,
+         resuming=resuming, missing_only=prep.opts.missing_only, reappend=prep.opts.reappend,
+         full_refresh=prep.opts.full_refresh, sha_of=sha_of)
 
 
 def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None) -> RunReport:
@@ -411,14 +418,14 @@ def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any
     from lakewrap.project import require_project
 
     root = require_project(root)
-    if load_config(root).lake.substrate == "iceberg":
-        raise StateError("an Iceberg lake keeps no run log, so there is no run to resume",
-                         hint="run the same command again")
-    lake = Lake.open(root)
-    lake.check_exists()  # a lake never created holds no run: it is not created here either
+    config = load_config(root)
+    substrate = substrate_of(config.lake)
+    # a lake never created holds no run: it is not created here either
+    substrate.open(root, config=config, read_only=True).check_exists()
+    lake = substrate.open(root, config=config)
     con = lake.connect()
     try:
-        row = read_run(lake, con, run_id)
+        row = read_run(substrate.runlog(lake, con), run_id)
     except Exception:
         row = None
     finally:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lakewrap.substrates.protocol import Substrate
 
 if TYPE_CHECKING:
+    from lakewrap.compilers.artifacts import CompiledPlan
     from lakewrap.compilers.base import Compiler
     from lakewrap.config import ProjectConfig
     from lakewrap.execute.executor import Executor, Result
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
     from lakewrap.project import Project
+    from lakewrap.runlog import Store
     from lakewrap.spec import ModelSpec
     from lakewrap.stale import StaleModel
+    from lakewrap.substrates.ducklake.run import Records, Seeder
 
 
 class DuckLake(Substrate):
@@ -46,14 +49,37 @@ class DuckLake(Substrate):
         return Executor(lake, run_id, folder, policy=policy or RetryPolicy(), strict=strict)
 
     def plan_step(self, lake: Lake, con: Any, spec: ModelSpec, partition: str | None, now: datetime) -> Plan:
-        from lakewrap.runner import plan_model
+        from lakewrap.substrates.ducklake.run import plan_step
 
-        return plan_model(con, spec, partition, now)
+        return plan_step(con, spec, partition, now)
+
+    def run_input(self, materializer: Executor, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
+        from lakewrap.execute.lake import CONNECT_RETRY
+        from lakewrap.execute.retry import retrying
+
+        # registering reads the lake's catalog, which a concurrent commit may hold (SQLite)
+        retrying(lambda: con.register(name, data), CONNECT_RETRY)
+        return materializer.materialize(con, compiled)
 
     def resolve_outcome(self, lake: Lake, con: Any, run_id: str, result: Result) -> Result:
-        from lakewrap.outcome import resolve
+        from lakewrap.substrates.ducklake.run import resolve_outcome
 
-        return resolve(lake, con, run_id, result)
+        return resolve_outcome(lake, con, run_id, result)
+
+    def step_records(self, lake: Lake, con: Any) -> Records:
+        from lakewrap.substrates.ducklake.run import Records
+
+        return Records(con, lake.alias)
+
+    def seeder(self, lake: Lake, run_id: str, folder: Path) -> Seeder:
+        from lakewrap.substrates.ducklake.run import Seeder
+
+        return Seeder(lake, self.materializer(lake, run_id, folder))
+
+    def runlog(self, lake: Lake, con: Any) -> Store:
+        from lakewrap.substrates.ducklake.run import runlog
+
+        return runlog(lake, con)
 
     def stale(self, root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
         from lakewrap.stale import detect
