@@ -4,7 +4,9 @@
   are time-partitioned (their grains must match: a mismatch is refused before anything runs),
   every step of the upstream otherwise.
 * Writers to one table are serialized: a target has at most one step in flight, and its
-  partitions run in ascending order (a ``--full-refresh`` drops the table in its first one).
+  partitions run in ascending order (a ``--full-refresh`` drops the table in its first one). On a
+  lake whose commits are optimistic (Iceberg: the lake handle's ``parallel_writers``), partitions
+  of one table start in that order but run in parallel, a conflicting commit retried as a whole.
 * A failed step's downstream steps are ``skipped`` (transitively); ``--fail-fast`` stops
   scheduling after the first failure (in-flight steps finish).
 * Each step retries retryable errors only, ``-- retry N`` times (default: ``[run] retries`` in
@@ -176,8 +178,11 @@ class Scheduler:
 
     def __init__(self, steps: list[Step], runner: StepRunner, workers: int, log: RunLog, report: RunReport,
                  fail_fast: bool, progress: Progress | None,
-                 resolve: Callable[[Result], Result] | None = None) -> None:
+                 resolve: Callable[[Result], Result] | None = None, per_target: int = 1) -> None:
         self.steps = steps
+        # steps of one target in flight at once: 1 (one writer per table), or more on a lake whose
+        # commits are optimistic and retried (Iceberg: ``parallel_writers`` of its lake handle)
+        self.per_target = max(1, per_target)
         self.resolve = resolve  # the lake's word on a step that ran and did not succeed (lakewrap.outcome)
         self.runner = runner
         self.workers = workers
@@ -194,7 +199,7 @@ class Scheduler:
         for s in steps:
             self.order.setdefault(s.task.target, []).append(s.index)
         self.cursor = dict.fromkeys(self.order, 0)  # per target: its first step that may be pending
-        self.busy: set[str] = set()  # targets with a step in flight
+        self.busy: dict[str, int] = dict.fromkeys(self.order, 0)  # per target: its steps in flight
 
     def cancel(self) -> None:
         """Stop scheduling and interrupt in-flight steps (safe from a signal handler)."""
@@ -218,35 +223,43 @@ class Scheduler:
         return None
 
     def _ready(self, inflight: int) -> list[Step]:
-        """Resolve skips, then the steps to start now (one per target, deps all committed)."""
+        """Resolve skips, then the steps to start now (deps all committed; at most ``per_target``
+        steps of a target in flight, started in its partitions' order)."""
         out: list[Step] = []
-        busy = set(self.busy)
+        started: set[int] = set()
+        busy = dict(self.busy)
         changed = True
         while changed:
             changed = False
             for target, idxs in self.order.items():
-                if target in busy:
+                if busy[target] >= self.per_target:
                     continue
                 ptr = self.cursor[target]
                 while ptr < len(idxs) and self.steps[idxs[ptr]].status != "pending":
                     ptr += 1  # a step never becomes pending again
                 self.cursor[target] = ptr
-                if ptr == len(idxs):
-                    continue
-                head = self.steps[idxs[ptr]]
-                blocker = self._blocked_by(head)
-                if blocker is not None:
-                    t = blocker.task
-                    why = (f"an upstream model failed in this run: {t.target}" + (f" {t.partition}" if t.partition
-                                                                                   else "")
-                           if blocker.status == "failed" else self.results[blocker.index].error or "not run")
-                    self._finish(head, head.task.skipped("skipped", why))
-                    changed = True
-                    continue
-                committed = all(self.steps[d].status in ("success", "unchanged", "done") for d in head.deps)
-                if committed and inflight + len(out) < self.workers:
-                    out.append(head)
-                    busy.add(target)
+                for i in idxs[ptr:]:
+                    if busy[target] >= self.per_target:
+                        break
+                    step = self.steps[i]
+                    if step.status != "pending" or i in started:
+                        continue
+                    blocker = self._blocked_by(step)
+                    if blocker is not None:
+                        t = blocker.task
+                        why = (f"an upstream model failed in this run: {t.target}" + (
+                            f" {t.partition}" if t.partition else "")
+                               if blocker.status == "failed" else self.results[blocker.index].error or "not run")
+                        self._finish(step, step.task.skipped("skipped", why))
+                        changed = True
+                        continue
+                    committed = all(self.steps[d].status in ("success", "unchanged", "done") for d in step.deps)
+                    if committed and inflight + len(out) < self.workers:
+                        out.append(step)
+                        started.add(i)
+                        busy[target] += 1
+                    elif self.per_target == 1:
+                        break  # one writer per table: its partitions run strictly in order
         return out
 
     def run(self) -> None:
@@ -255,7 +268,7 @@ class Scheduler:
             if not (self.cancelled.is_set() or self.stopping):
                 for step in self._ready(inflight):
                     step.status = "running"
-                    self.busy.add(step.task.target)
+                    self.busy[step.task.target] += 1
                     inflight += 1
                     self.runner.submit(step.task, lambda t, r: self.done.put((t, r)))
             if inflight == 0:  # nothing running and nothing can start: done (or stopped)
@@ -267,7 +280,7 @@ class Scheduler:
                     self.log.flush()
                 continue
             inflight -= 1
-            self.busy.discard(task.target)
+            self.busy[task.target] -= 1
             step = self.steps[self.index[(task.target, task.partition)]]
             if self.resolve is not None:
                 result = self.resolve(result)
@@ -363,7 +376,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": s.reason}
                             for s in prep.steps if s.status == "done"]
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
-                              lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result))
+                              lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result),
+                              per_target=runner.workers if lake.parallel_writers else 1)
         if progress:
             progress("start", len(todo))
         restore = _on_signals(scheduler.cancel)

@@ -60,6 +60,9 @@ class IcebergLake:
     # step has a DuckDB instance of its own (:meth:`connect`), so steps need no lock between them.
     statement_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     is_shared = False  # every connect() is a new DuckDB instance: threads never share one
+    # Several steps may write one table at once: each commit is optimistic (a conflict is refused
+    # by the catalog and the whole materialization retried; disjoint partitions rebase in pyiceberg)
+    parallel_writers = True
 
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> IcebergLake:

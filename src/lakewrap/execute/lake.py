@@ -47,6 +47,8 @@ class Lake:
     # about five full test runs (a segfault, an abort). Each statement still uses every core.
     statement_lock: threading.RLock = field(default_factory=threading.RLock)
     _shared: Any = field(default=None, repr=False)  # the instance ``shared()`` hands out cursors of
+    # one writer per table (lakewrap.scheduler): concurrent DuckLake writers of one table only conflict
+    parallel_writers = False
 
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> Lake:

@@ -53,6 +53,8 @@ class LakeHandle(Protocol):
     config: LakeConfig
     # held around the coordinator's own statements on a connection the run's steps may share
     statement_lock: Any
+    # whether several steps may write one table at once (optimistic commits, retried on conflict)
+    parallel_writers: bool
 
     @property
     def alias(self) -> str: ...
