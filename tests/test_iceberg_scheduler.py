@@ -242,6 +242,7 @@ def test_ctrl_c_stops_an_iceberg_backfill_within_seconds(tmp_path: Path, lakes: 
     assert proc.returncode == 1 and doc["status"] == "cancelled", err
     statuses = [r["status"] for r in doc["results"]]
     assert statuses.count("success") >= 1 and statuses.count("cancelled") >= 25, statuses
-    ((landed,),) = query(root, "SELECT count(*) FROM lakewrap_steps WHERE status = 'success'")
+    ((landed,),) = query(root, "SELECT count(*) FROM lakewrap_steps WHERE status = 'success' "
+                               f"AND run_id = '{doc['run_id']}'")
     history = [m for m in Project(root).history("app.slow") if m["run_id"] == doc["run_id"]]
     assert landed == len(history) == statuses.count("success")
