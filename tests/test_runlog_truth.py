@@ -386,8 +386,8 @@ def test_seed_on_iceberg_writes_its_final_status(tmp_path: Path) -> None:
     check_results_files(root, doc)
     assert query_cli(root, "SELECT command, status, steps, succeeded FROM lakewrap_runs") == [
         ["seed", "success", 1, 1]]
-    code, _, err = cli("resume", doc["run_id"], "--project", str(root))
-    assert code == 1 and "is a `lakewrap seed`; seeds are not resumed" in err
+    code, _, err = cli("resume", doc["run_id"], "--project", str(root))  # the run log knows the run
+    assert code == 1 and f"run `{doc['run_id']}` succeeded; there is nothing to resume" in err
 
 
 def query_cli(root: Path, text: str) -> list[list[Any]]:
