@@ -73,14 +73,15 @@ RUNLOG_ALIAS = "__lakewrap_runlog"
 # so a warm run takes their text from the compile cache and never imports sqlglot.
 
 
-def attach_sqlite(path: str) -> str:
-    """``ATTACH '<path>' AS __lakewrap_runlog (TYPE sqlite, READ_ONLY)``: a SQLite catalog's run log."""
+def attach_runlog(path: str, kind: Literal["duckdb", "sqlite"]) -> str:
+    """``ATTACH '<path>' AS __lakewrap_runlog (READ_ONLY)`` (``TYPE sqlite`` for a SQLite file): a run
+    log of its own (a DuckLake's SQLite catalog, an Iceberg lake), read by ``lakewrap query``."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
 
-    return q.render(q.command("ATTACH", exp.Literal.string(path), "AS", q.ident(RUNLOG_ALIAS),
-                              "(TYPE sqlite, READ_ONLY)"))
+    options = "(TYPE sqlite, READ_ONLY)" if kind == "sqlite" else "(READ_ONLY)"
+    return q.render(q.command("ATTACH", exp.Literal.string(path), "AS", q.ident(RUNLOG_ALIAS), options))
 
 
 def metadata_catalog(alias: str) -> str:

@@ -85,15 +85,3 @@ def test_compile_follows_the_configured_substrate(tmp_path: Path) -> None:
     assert (plan["substrate"], plan["write_path"], plan["commits"]) == ("iceberg", "sql", [])
 
 
-@pytest.mark.parametrize("option", [["--missing-only"], ["--workers", "2"], ["--executor", "process"], ["--fail-fast"]])
-def test_runner_options_the_iceberg_runner_lacks_are_refused(tmp_path: Path, option: list[str]) -> None:
-    """The Iceberg runner is serial: an option it would ignore is a usage error, and nothing runs."""
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "m.sql").write_text("-- materialized incremental\n-- partitioned daily key=ts\n"
-                                               "SELECT ts FROM raw.t WHERE ts >= $partition_start "
-                                               "AND ts < $partition_end\n")
-    (tmp_path / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n')
-    code, _, err = cli("backfill", "--project", str(tmp_path), "--start", "2024-01-01", "--end", "2024-01-02",
-                       *option)
-    assert code == 2 and f"{option[0]}: not supported on Iceberg yet" in err
-    assert not (tmp_path / ".lakewrap").exists()  # no catalog was even created

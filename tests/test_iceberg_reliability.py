@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from lakewrap.cli import main
 from lakewrap.compile import load_project
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.iceberg_run import materialize_spec, run_iceberg_project
+from lakewrap.runner import materialize_spec, run_project
 from lakewrap.substrates.iceberg.commit import IcebergExecutor
 from lakewrap.substrates.iceberg.state import materializations
 
@@ -84,7 +84,7 @@ def test_an_unknown_commit_outcome_is_looked_up_never_blindly_retried(landed: bo
 
     lake = project(tmp_path, {"out/ap.sql": AP})
     source(lake, 1, 5)
-    assert run_iceberg_project(tmp_path, now=NOW).ok  # the table exists: later commits are plain transactions
+    assert run_project(tmp_path, now=NOW).ok  # the table exists: later commits are plain transactions
     original = Transaction.commit_transaction
     calls: list[int] = []
 
@@ -97,7 +97,7 @@ def test_an_unknown_commit_outcome_is_looked_up_never_blindly_retried(landed: bo
         return original(self)
 
     monkeypatch.setattr(Transaction, "commit_transaction", flaky)
-    report = run_iceberg_project(tmp_path, now=NOW)
+    report = run_project(tmp_path, now=NOW)
     (result,) = report.results
     assert result.status == "success", result.error
     assert result.attempts == (1 if landed else 2)
@@ -143,7 +143,7 @@ def test_two_writers_race_without_lost_or_duplicated_rows(same: bool, existing: 
     lake = project(tmp_path, {"out/di.sql": DI})
     source(lake, 3, 20)
     if existing:  # the table exists with day 3 only: days 1 and 2 are new partitions of it
-        assert run_iceberg_project(tmp_path, partition="2024-01-03", now=NOW).ok
+        assert run_project(tmp_path, partition="2024-01-03", now=NOW).ok
     outer, inner = race(tmp_path, lake, "2024-01-01", "2024-01-01" if same else "2024-01-02")
     assert inner.status == "success" and inner.attempts == 1, inner.error
     assert outer.status == "success", outer.error
@@ -158,7 +158,7 @@ def test_two_writers_race_without_lost_or_duplicated_rows(same: bool, existing: 
 def test_a_merge_race_on_the_same_keys_is_validated(tmp_path: Path) -> None:
     lake = project(tmp_path, {"out/mg.sql": MG})
     source(lake, 1, 10)
-    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
     source(lake, 1, 10, v=1)
     outer, inner = race(tmp_path, lake, None, None, target="out.mg")  # type: ignore[arg-type]
     assert inner.status == outer.status == "success" and outer.attempts == 2
@@ -169,12 +169,12 @@ def test_a_merge_race_on_the_same_keys_is_validated(tmp_path: Path) -> None:
 def test_snapshot_isolation_is_refused(tmp_path: Path) -> None:
     lake = project(tmp_path, {"out/di.sql": DI})
     source(lake, 1, 5)
-    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-01", now=NOW).ok
     table = lake.load("out.di")
     with table.transaction() as tx:
         tx.set_properties({"write.delete.isolation-level": "snapshot"})
     before = len(lake.load("out.di").snapshots())
-    (result,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).results
+    (result,) = run_project(tmp_path, partition="2024-01-01", now=NOW).results
     assert result.status == "failed" and "serializable" in (result.error or "")
     assert len(lake.load("out.di").snapshots()) == before
 
@@ -282,7 +282,7 @@ def test_kill_9_leaves_every_partition_before_or_after_and_state_agrees(tmp_path
     pin is the source's current snapshot. Both sides of the commit must be hit."""
     lake = project(tmp_path, {"out/di.sql": DI})
     source(lake, 1, 300)
-    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-01", now=NOW).ok
     catalog_db = lake.config.iceberg_catalog_path(tmp_path)
     rng = random.Random(7)
     trials = int(os.environ.get("LAKEWRAP_KILLS", "8"))
@@ -358,7 +358,7 @@ BAD = {
 def test_a_bad_input_fails_clearly_and_writes_no_snapshot(case: str, tmp_path: Path) -> None:
     lake = project(tmp_path, {"out/t.sql": DI})
     source(lake, 2, 5)
-    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-01", now=NOW).ok
     text, message = BAD[case]
     (tmp_path / "models" / "out" / "t.sql").write_text(text)
 
@@ -379,11 +379,11 @@ def test_a_bad_input_fails_clearly_and_writes_no_snapshot(case: str, tmp_path: P
 def test_a_full_rebuild_takes_the_new_columns_in_one_commit(tmp_path: Path) -> None:
     lake = project(tmp_path, {"out/t.sql": "-- materialized table\nSELECT id, v, ts FROM raw.src\n"})
     source(lake, 1, 5)
-    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
     (tmp_path / "models" / "out" / "t.sql").write_text(
         "-- materialized table\nSELECT id, CAST(v AS VARCHAR) AS v, 'x' AS note FROM raw.src\n")
     before = len(lake.load("out.t").snapshots())
-    (result,) = run_iceberg_project(tmp_path, now=NOW).results
+    (result,) = run_project(tmp_path, now=NOW).results
     assert result.status == "success", result.error
     table = lake.load("out.t")
     assert [f.name for f in table.schema().fields] == ["id", "v", "note"]
@@ -397,11 +397,11 @@ def test_full_refresh_rebuilds_in_one_commit(tmp_path: Path) -> None:
     one overwrite of every row with the new columns (the table is never dropped)."""
     lake = project(tmp_path, {"out/mg.sql": MG})
     source(lake, 2, 5)
-    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
     uuid_before = lake.load("out.mg").metadata.table_uuid
     (tmp_path / "models" / "out" / "mg.sql").write_text(
         "-- materialized incremental\n-- unique_key id\nSELECT id, v * 10 AS w FROM raw.src WHERE id < 1000\n")
-    (result,) = run_iceberg_project(tmp_path, now=NOW, full_refresh=True).results
+    (result,) = run_project(tmp_path, now=NOW, full_refresh=True).results
     assert result.status == "success", result.error
     table = lake.load("out.mg")
     assert table.metadata.table_uuid == uuid_before  # the same table, not a dropped and recreated one

@@ -27,7 +27,7 @@ from icehouse_sql import rest_toml
 from lakewrap.cli import main
 from lakewrap.compile import load_project
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.iceberg_run import materialize_spec, run_iceberg_project
+from lakewrap.runner import materialize_spec, run_project
 from lakewrap.substrates.iceberg.sql_connect import connect
 from lakewrap.substrates.iceberg.sql_write import IcebergSqlExecutor
 from lakewrap.substrates.iceberg.state import state_rows
@@ -116,7 +116,7 @@ def test_state_is_committed_with_the_data_in_one_catalog_transaction(tmp_path: P
                                                                     journal: list[tuple[str, ...]]) -> None:
     lake = project(tmp_path, served, {"out/di.sql": DI})
     source(lake, 2, 5)
-    report = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW, run_id="run-1")
+    report = run_project(tmp_path, partition="2024-01-01", now=NOW, run_id="run-1")
     (res,) = report.results
     assert res.status == "success" and res.rows_inserted == 5, res.error
     (row,) = state_rows(lake, "out.di")
@@ -129,7 +129,7 @@ def test_state_is_committed_with_the_data_in_one_catalog_transaction(tmp_path: P
     log = next((tmp_path / "target" / "run" / "run-1").glob("out.di*.sql")).read_text()
     assert "first run: the target is created empty" in log
     assert log.rindex("BEGIN TRANSACTION") < log.index('INSERT INTO "ice"."lakewrap"."out__di"') < log.rindex("COMMIT")
-    assert run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW, run_id="run-2").ok
+    assert run_project(tmp_path, partition="2024-01-02", now=NOW, run_id="run-2").ok
     assert journal == [("lakewrap.out__di", "out.di")] * 2
     history = lakewrap_history(tmp_path, "out.di")
     assert [(h["run_id"], h["partition"], h["rows_inserted"]) for h in history] == [
@@ -148,7 +148,7 @@ def lakewrap_history(root: Path, model: str) -> list[dict[str, Any]]:
 def test_a_failure_mid_transaction_leaves_no_snapshot_and_no_state(when: str, tmp_path: Path, served: str) -> None:
     lake = project(tmp_path, served, {"out/di.sql": DI})
     source(lake, 2, 5)
-    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-01", now=NOW).ok
     before, rows_before = catalog_state(tmp_path), rows_of(lake, "out.di")
     hook = None
     if when == "a statement after the DELETE":  # a test query that fails at run time, after the writes
@@ -184,7 +184,7 @@ def test_the_catalog_commit_is_atomic_across_the_data_and_the_state_table(moved:
 
     lake = project(tmp_path, served, {"out/di.sql": DI})
     source(lake, 2, 5)
-    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-01", now=NOW).ok
     name, other = ("lakewrap.out__di", "out.di") if moved == "state table" else ("out.di", "lakewrap.out__di")
     table = lake.load(name)
     other_before = lake.load(other).metadata_location
@@ -211,7 +211,7 @@ def test_a_conflict_is_retried_as_a_whole_after_the_state_table_says_it_did_not_
         same: bool, tmp_path: Path, served: str) -> None:
     lake = project(tmp_path, served, {"out/di.sql": DI})
     source(lake, 3, 10)
-    assert run_iceberg_project(tmp_path, partition="2024-01-03", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-03", now=NOW).ok
     inner: list[Any] = []
 
     def intrude(_con: Any) -> None:
@@ -237,7 +237,7 @@ def test_an_unavailable_catalog_is_retried_once_the_state_table_shows_nothing_la
     table, so lakewrap retries the whole transaction, whose second request goes through."""
     lake = project(tmp_path, served, {"out/ap.sql": AP})
     source(lake, 1, 7)
-    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
     faults["refuse"] = 6
     res = run_one(tmp_path, lake, "out.ap", None, "run-1")
     assert res.status == "success" and res.attempts == 2, res.error
@@ -255,7 +255,7 @@ def test_a_lost_commit_response_is_an_unknown_outcome_never_retried(
     needs a rollback to its previous snapshot, see docs/iceberg.md)."""
     lake = project(tmp_path, served, {"out/ap.sql": AP})
     source(lake, 1, 7)
-    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
     faults["lose"] = 1
     res = run_one(tmp_path, lake, "out.ap", None, "run-1")
     assert faults["lose"] == 0
@@ -328,7 +328,7 @@ BAD = {
 def test_a_bad_input_fails_clearly_and_writes_nothing(case: str, tmp_path: Path, served: str) -> None:
     lake = project(tmp_path, served, {"out/t.sql": DI})
     source(lake, 2, 5)
-    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-01", now=NOW).ok
     text, message = BAD[case]
     (tmp_path / "models" / "out" / "t.sql").write_text(text)
     before = catalog_state(tmp_path)
@@ -356,9 +356,9 @@ def test_a_full_rebuild_takes_the_selects_columns_in_one_catalog_commit(tmp_path
                                                                        journal: list[tuple[str, ...]]) -> None:
     lake = project(tmp_path, served, {"out/tb.sql": TB})
     source(lake, 2, 5)
-    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
     source(lake, 1, 3, v=1)
-    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    (res,) = run_project(tmp_path, now=NOW).results
     assert (res.status, res.rows_inserted, res.rows_deleted) == ("success", 3, 0), res.error
     assert sorted((r["id"], r["v"]) for r in rows_of(lake, "out.tb")) == [(0, 1), (1, 1), (2, 1)]
     assert res.schema_changes == []
@@ -366,7 +366,7 @@ def test_a_full_rebuild_takes_the_selects_columns_in_one_catalog_commit(tmp_path
     model = tmp_path / "models" / "out" / "tb.sql"
     model.write_text(TB.replace("SELECT id, v, ts", "SELECT CAST(id AS BIGINT) AS id, 'v' || v AS v, id * 2 AS w"))
     del journal[:]
-    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    (res,) = run_project(tmp_path, now=NOW).results
     assert res.status == "success", res.error
     # (by name: new and retyped columns come last, unlike CREATE OR REPLACE; every write is by name)
     assert sorted(fields(lake, "out.tb")) == [("id", "long"), ("v", "string"), ("w", "int")]
@@ -377,7 +377,7 @@ def test_a_full_rebuild_takes_the_selects_columns_in_one_catalog_commit(tmp_path
     assert len(res.schema_changes) == 6 and all(st.startswith("ALTER TABLE") for st in res.schema_changes)
     # and back: v an integer again, ts back, w gone, id narrowed to INTEGER
     model.write_text(TB)
-    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    (res,) = run_project(tmp_path, now=NOW).results
     assert res.status == "success", res.error
     assert sorted(fields(lake, "out.tb")) == [("id", "int"), ("ts", "timestamptz"), ("v", "int")]
     assert sorted((r["id"], r["v"], r["ts"]) for r in rows_of(lake, "out.tb")) == sorted(
@@ -388,20 +388,20 @@ def test_full_refresh_recomputes_from_scratch_in_one_transaction(tmp_path: Path,
                                                                  journal: list[tuple[str, ...]]) -> None:
     lake = project(tmp_path, served, {"out/ap.sql": AP})
     source(lake, 1, 4)
-    assert run_iceberg_project(tmp_path, now=NOW).ok
-    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
     assert len(rows_of(lake, "out.ap")) == 8  # append, twice
     del journal[:]
-    (res,) = run_iceberg_project(tmp_path, now=NOW, full_refresh=True).results
+    (res,) = run_project(tmp_path, now=NOW, full_refresh=True).results
     assert res.status == "success" and res.rows_inserted == 4, res.error
     assert len(rows_of(lake, "out.ap")) == 4
     assert journal == [("lakewrap.out__ap", "out.ap")]  # delete, insert and state: one catalog commit
     assert state_rows(lake, "out.ap")[-1]["full_refresh"] is True
     # --full-refresh takes the SELECT's columns, whatever on_schema_change says (default: fail)
     (tmp_path / "models" / "out" / "ap.sql").write_text(AP.replace("SELECT id, v, ts", "SELECT id, ts, 'x' AS w"))
-    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    (res,) = run_project(tmp_path, now=NOW).results
     assert res.status == "failed" and "differ" in (res.error or "")
-    (res,) = run_iceberg_project(tmp_path, now=NOW, full_refresh=True).results
+    (res,) = run_project(tmp_path, now=NOW, full_refresh=True).results
     assert res.status == "success" and res.rows_inserted == 4, res.error
     assert sorted(fields(lake, "out.ap")) == [("id", "int"), ("ts", "timestamptz"), ("w", "string")]
     assert sorted((r["id"], r["w"]) for r in rows_of(lake, "out.ap")) == [(i, "x") for i in range(4)]
@@ -431,9 +431,9 @@ def test_a_dynamic_partition_reads_its_watermark_from_the_state_table(tmp_path: 
     lake = project(tmp_path, served, {"out/dyn.sql": model})
     source(lake, 2, 3)  # 2024-01-01 06:00 and 2024-01-02 06:00
     first = datetime(2024, 1, 1, 12, tzinfo=UTC)
-    (res,) = run_iceberg_project(tmp_path, now=first).results
+    (res,) = run_project(tmp_path, now=first).results
     assert res.status == "success" and res.rows_inserted == 3, res.error
-    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    (res,) = run_project(tmp_path, now=NOW).results
     assert res.status == "success" and res.rows_inserted == 3, res.error  # only day 2: no duplicates
     assert len(rows_of(lake, "out.dyn")) == 6
     assert [r["watermark"] for r in state_rows(lake, "out.dyn")] == [first, NOW]
@@ -452,17 +452,17 @@ def test_data_tests_audit_the_written_rows_before_commit(tmp_path: Path, served:
              "SELECT id, v, ts FROM raw.src WHERE ts >= $partition_start AND ts < $partition_end\n")
     lake = project(tmp_path, served, {"out/di.sql": model})
     source(lake, 2, 4)
-    (res,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).results
+    (res,) = run_project(tmp_path, partition="2024-01-01", now=NOW).results
     assert res.status == "success" and [t["status"] for t in res.tests] == ["pass", "pass", "pass"], res.error
     (row,) = state_rows(lake, "out.di")
     assert [t["status"] for t in json.loads(row["tests"])] == ["pass", "pass", "pass"]
     source(lake, 2, 4, v=7)  # v=7: accepted_values fails (error), the expression warns
     before = catalog_state(tmp_path)
-    (res,) = run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW).results
+    (res,) = run_project(tmp_path, partition="2024-01-02", now=NOW).results
     assert res.status == "failed" and "accepted_values" in (res.error or "") and "rolled back" in (res.error or "")
     assert catalog_state(tmp_path) == before and len(state_rows(lake, "out.di")) == 1
     (tmp_path / "models" / "out" / "di.sql").write_text(model.replace("v=0,1", "v=0,1,7"))
-    (res,) = run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW).results
+    (res,) = run_project(tmp_path, partition="2024-01-02", now=NOW).results
     assert res.status == "success" and [t["status"] for t in res.tests] == ["pass", "pass", "warn"], res.error
     assert res.warnings and "v < 5" in res.warnings[0]
     assert [t["failures"] for t in json.loads(state_rows(lake, "out.di")[-1]["tests"])] == [0, 0, 4]
@@ -475,14 +475,14 @@ def test_on_schema_change_on_the_sql_path(tmp_path: Path, served: str, journal: 
     ``ignore`` leaves a new column out."""
     lake = project(tmp_path, served, {"out/di.sql": DI})
     source(lake, 3, 2, v=4)
-    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-01", now=NOW).ok
     model = tmp_path / "models" / "out" / "di.sql"
 
     def run(mode: str | None, select: str, day: str) -> Any:
         header = f"-- on_schema_change {mode}\n" if mode else ""
         model.write_text(header + DI.replace("SELECT id, v, ts", select))
         del journal[:]
-        (res,) = run_iceberg_project(tmp_path, partition=day, now=NOW).results
+        (res,) = run_project(tmp_path, partition=day, now=NOW).results
         return res
 
     before = catalog_state(tmp_path)
@@ -522,7 +522,7 @@ def test_a_partitioned_model_creates_its_partition_spec_and_replaces_one_partiti
     lake = project(tmp_path, served, {"out/p.sql": model})
     source(lake, 3, 4)
     for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
-        (res,) = run_iceberg_project(tmp_path, partition=day, now=NOW).results
+        (res,) = run_project(tmp_path, partition=day, now=NOW).results
         assert res.status == "success", res.error
     table = lake.load("out.p")
     assert table is not None
@@ -533,7 +533,7 @@ def test_a_partitioned_model_creates_its_partition_spec_and_replaces_one_partiti
     # the middle day again, with new values: only that partition gets files
     before = files_by_path(lake, "out.p")
     source(lake, 3, 4, v=7)
-    (res,) = run_iceberg_project(tmp_path, partition="2024-01-02", now=NOW).results
+    (res,) = run_project(tmp_path, partition="2024-01-02", now=NOW).results
     assert res.status == "success", res.error
     added = {p: v for p, v in files_by_path(lake, "out.p").items() if p not in before}
     assert added and {tuple(v.values()) for v in added.values()} == {(date(2024, 1, 2),)}
@@ -553,7 +553,7 @@ def test_a_rebuild_that_drops_the_last_added_column_leaves_the_table_alterable(t
     for select in ("SELECT id, v, ts", "SELECT id, v, ts, 1 AS w", "SELECT id, v, ts", "SELECT id, v, ts, 'x' AS z",
                    "SELECT id, ts"):
         model.write_text(TB.replace("SELECT id, v, ts", select))
-        (res,) = run_iceberg_project(tmp_path, now=NOW).results
+        (res,) = run_project(tmp_path, now=NOW).results
         assert res.status == "success", res.error
         table = lake.load("out.tb")
         assert table is not None
@@ -569,7 +569,7 @@ def test_a_table_whose_current_schema_is_an_earlier_one_fails_with_an_explanatio
 
     lake = project(tmp_path, served, {"out/tb.sql": TB})
     source(lake, 1, 3)
-    assert run_iceberg_project(tmp_path, now=NOW).ok
+    assert run_project(tmp_path, now=NOW).ok
     table = lake.load("out.tb")
     assert table is not None
     with table.update_schema() as update:  # another client adds a column, then drops it again:
@@ -580,7 +580,7 @@ def test_a_table_whose_current_schema_is_an_earlier_one_fails_with_an_explanatio
     assert metadata.current_schema_id < max(s.schema_id for s in metadata.schemas)  # the earlier schema, reused
     (tmp_path / "models" / "out" / "tb.sql").write_text(TB.replace("SELECT id, v, ts", "SELECT id, v, ts, 1 AS w"))
     before = catalog_state(tmp_path)
-    (res,) = run_iceberg_project(tmp_path, now=NOW).results
+    (res,) = run_project(tmp_path, now=NOW).results
     assert res.status == "failed" and "DuckDB 1.5.5 cannot change the columns of out.tb" in (res.error or "")
     assert "pyiceberg" in (res.error or "") and catalog_state(tmp_path) == before
 
@@ -588,11 +588,11 @@ def test_a_table_whose_current_schema_is_an_earlier_one_fails_with_an_explanatio
 def test_a_rebuild_cannot_retype_a_partition_source_and_writes_nothing(tmp_path: Path, served: str) -> None:
     lake = project(tmp_path, served, {"out/p.sql": DI})
     source(lake, 1, 3)
-    assert run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW).ok
+    assert run_project(tmp_path, partition="2024-01-01", now=NOW).ok
     retyped = DI.replace("SELECT id, v, ts", "SELECT id, v, CAST(ts AS DATE) AS ts")
     (tmp_path / "models" / "out" / "p.sql").write_text(retyped)
     before = catalog_state(tmp_path)
-    (res,) = run_iceberg_project(tmp_path, partition="2024-01-01", now=NOW, full_refresh=True).results
+    (res,) = run_project(tmp_path, partition="2024-01-01", now=NOW, full_refresh=True).results
     assert res.status == "failed" and "referenced by the current partition spec" in (res.error or ""), res.error
     assert catalog_state(tmp_path) == before and len(rows_of(lake, "out.p")) == 3
 
@@ -617,10 +617,10 @@ def test_a_copy_on_write_table_is_refused_instead_of_getting_delete_files(
         model: str, key: str, partition: str | None, tmp_path: Path, served: str) -> None:
     lake = project(tmp_path, served, {"out/m.sql": model})
     source(lake, 2, 5)
-    assert run_iceberg_project(tmp_path, partition=partition, now=NOW).ok
+    assert run_project(tmp_path, partition=partition, now=NOW).ok
     source(lake, 2, 5, v=1)
     # without the property, DuckDB writes the change merge-on-read: delete files appear
-    assert run_iceberg_project(tmp_path, partition=partition, now=NOW).ok
+    assert run_project(tmp_path, partition=partition, now=NOW).ok
     assert delete_files(lake.load("out.m")) > 0
     with lake.load("out.m").transaction() as tx:
         tx.set_properties({key: "copy-on-write"})
@@ -628,7 +628,7 @@ def test_a_copy_on_write_table_is_refused_instead_of_getting_delete_files(
     table_before = lake.load("out.m")
     rows_before, deletes_before = rows_of(lake, "out.m"), delete_files(table_before)
     source(lake, 2, 5, v=2)
-    report = run_iceberg_project(tmp_path, partition=partition, now=NOW, run_id="run-cow")
+    report = run_project(tmp_path, partition=partition, now=NOW, run_id="run-cow")
     (res,) = report.results
     assert res.status == "failed" and res.attempts == 1
     assert f"the Iceberg table out.m has {key} = copy-on-write" in (res.error or ""), res.error
@@ -642,6 +642,6 @@ def test_a_copy_on_write_table_is_refused_instead_of_getting_delete_files(
     # the hint works: merge-on-read again, the run writes
     with lake.load("out.m").transaction() as tx:
         tx.set_properties({key: "merge-on-read"})
-    assert run_iceberg_project(tmp_path, partition=partition, now=NOW).ok
+    assert run_project(tmp_path, partition=partition, now=NOW).ok
     assert {r["v"] for r in rows_of(lake, "out.m") if partition is None or r["ts"].date().isoformat() == partition} \
         == {2}

@@ -894,7 +894,7 @@ class RetryHarness:
                             rng=random.Random(7), sleep=self.delays.append)
         self.con.rule = rule
         try:
-            return materialize_spec(self.con, executor, spec, "2024-01-02", datetime.now(timezone.utc), None)
+            return materialize_spec(self.lake, self.con, executor, spec, "2024-01-02", datetime.now(timezone.utc), None)
         finally:
             self.con.rule = None
 

@@ -11,7 +11,8 @@ REST catalog, the signal handlers -- is the real thing. After each trial:
   state table), and every step whose materialization landed is recorded ``success`` (none
   ``cancelled``);
 * ``target/run_results.json`` and ``target/run/<id>/results.json`` hold the final status, never
-  ``running``; on DuckLake ``lakewrap_runs`` holds the same status and counts.
+  ``running``; ``lakewrap_runs`` and ``lakewrap_steps`` hold the same status and counts (on Iceberg, in
+  the run log's own DuckDB file, read through ``lakewrap query``).
 
 Trials run in-process (a few hundred ms each) on three substrates: DuckLake (through the CLI,
 ``backfill --format json``), Iceberg write path ``pyiceberg`` and Iceberg write path ``sql``
@@ -225,7 +226,7 @@ def test_a_step_reported_failed_after_its_commit_landed_is_recorded_from_the_lak
 
 
 def check_iceberg(root: Path, doc: dict[str, Any]) -> None:
-    """Run results = lake for run ``doc`` (Iceberg has no run log: the results files are the record)."""
+    """Run results = run log = lake for run ``doc``."""
     lake = IcebergLake.open(root)
     landed = {m["partition"]: m["snapshot_id"] for m in materializations_of(lake, "out.daily")
               if m["run_id"] == doc["run_id"]}
@@ -235,6 +236,14 @@ def check_iceberg(root: Path, doc: dict[str, Any]) -> None:
             assert r["snapshot_id"] == landed[r["partition"]]
     assert doc["status"] in ("success", "cancelled")
     check_results_files(root, doc)
+    # the run log (a DuckDB file beside the catalog) says the same
+    run_id = doc["run_id"]
+    steps = {p: [st, snap] for p, st, snap in query_cli(
+        root, f"SELECT partition_value, status, snapshot_id FROM lakewrap_steps WHERE run_id = '{run_id}'")}
+    assert steps == {r["partition"]: [r["status"], r["snapshot_id"]] for r in doc["results"]}
+    counts = doc["counts"]
+    assert query_cli(root, f"SELECT status, succeeded, cancelled FROM lakewrap_runs WHERE run_id = '{run_id}'") == [
+        [doc["status"], counts["success"] + counts["unchanged"], counts["cancelled"]]]
 
 
 def iceberg_trials(root: Path, trigger: Trigger, trials: int, seed: int) -> tuple[int, int]:
@@ -375,8 +384,17 @@ def test_seed_on_iceberg_writes_its_final_status(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert doc["status"] == "success"
     check_results_files(root, doc)
-    code, _, err = cli("resume", doc["run_id"], "--project", str(root))
-    assert code == 1 and "an Iceberg lake keeps no run log" in err
+    assert query_cli(root, "SELECT command, status, steps, succeeded FROM lakewrap_runs") == [
+        ["seed", "success", 1, 1]]
+    code, _, err = cli("resume", doc["run_id"], "--project", str(root))  # the run log knows the run
+    assert code == 1 and f"run `{doc['run_id']}` succeeded; there is nothing to resume" in err
+
+
+def query_cli(root: Path, text: str) -> list[list[Any]]:
+    """``lakewrap query TEXT`` (any substrate: on Iceberg the run log is a DuckDB file of its own)."""
+    code, out, err = cli("query", text, "--project", str(root), "--format", "json")
+    assert code == 0, err
+    return [list(r.values()) for r in json.loads(out)]
 
 
 def query(root: Path, text: str) -> list[tuple[Any, ...]]:

@@ -23,12 +23,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.errors import PlanError
 from lakewrap.execute.executor import Result
-from lakewrap.execute.lake import CONNECT_RETRY, Lake
-from lakewrap.execute.retry import retrying
 from lakewrap.inspect import ModelStatus
 from lakewrap.maintain import MaintainReport
 from lakewrap.partitions import Grain
-from lakewrap.runner import RunReport, new_run_id, write_results
 from lakewrap.spec import (
     AppendStrategy,
     DeleteInsertStrategy,
@@ -39,9 +36,11 @@ from lakewrap.spec import (
     TableStrategy,
     TimePartitioning,
 )
-from lakewrap.substrates.ducklake.materialize import Executor
+from lakewrap.steps import RunReport, new_run_id, write_results
+from lakewrap.substrates.registry import resolve
 
 if TYPE_CHECKING:
+    from lakewrap.execute.lake import Lake
     from lakewrap.provenance import Materialization, ReproduceReport
     from lakewrap.provenance_restore import RestoreResult
 
@@ -251,23 +250,22 @@ def materialize(
         strategy=strat, partition=part, sql="SELECT * FROM " + INPUT, body_line=1, output_columns=columns,
     )
     now = now or datetime.now(timezone.utc)
-    if not isinstance(lake, Lake):
+    if isinstance(lake, str | Path):  # a project folder; else an opened lake handle (``Lake.shared()``)
         from lakewrap.config import load_config
 
-        if load_config(Path(lake).resolve()).lake.substrate == "iceberg":
-            from lakewrap.iceberg_run import materialize_input
-
-            return materialize_input(Path(lake).resolve(), spec, INPUT, scan, partition, now, run_id)
-    plan = make_plan(spec, partition=partition, now=now)
+        root = Path(lake).resolve()
+        config = load_config(root)
+        substrate = resolve(config.lake)
+        handle: Any = substrate.open(root, config=config)
+    else:
+        handle, substrate = lake, resolve(lake.config)
+    plan = make_plan(spec, substrate=substrate.name, partition=partition, now=now)  # type: ignore[arg-type]
     compiled = compile_plan(plan)
-    handle = lake if isinstance(lake, Lake) else Lake.open(Path(lake).resolve())
     run_id = run_id or new_run_id(now)
     folder = handle.root / "target" / "run" / run_id
     con = handle.connect()
     try:
-        # registering reads the lake's catalog, which a concurrent commit may hold (SQLite)
-        retrying(lambda: con.register(INPUT, scan), CONNECT_RETRY)
-        result = Executor(handle, run_id, folder).materialize(con, compiled)
+        result = substrate.run_input(substrate.materializer(handle, run_id, folder), con, compiled, INPUT, scan)
     finally:
         handle.close(con)
     report = RunReport(run_id=run_id, started_at=now.isoformat(), results=[result],

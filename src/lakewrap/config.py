@@ -166,6 +166,7 @@ class IcebergLakeConfig(SubstrateConfig):
     s3: S3Config | None = None
     glue: GlueConfig | None = None
     rest: RestConfig | None = None
+    runlog: str | None = None  # the run log's DuckDB file, relative to the project (default: beside the catalog)
 
     label: ClassVar[str] = "Iceberg"
     instead: ClassVar[dict[str, str]] = {"data_path": "warehouse"}
@@ -200,6 +201,14 @@ class IcebergLakeConfig(SubstrateConfig):
     def iceberg_catalog_path(self, root: Path) -> Path:
         """The SQLite file of an Iceberg ``sql`` catalog."""
         return (root / self.path) if self.path else root / DEFAULT_DIR / "iceberg.db"
+
+    def runlog_path(self, root: Path) -> Path:
+        """An Iceberg lake's run-log DuckDB file: ``runlog``, or ``runlog.duckdb`` beside the
+        embedded catalog (``.lakewrap/runlog.duckdb``; under ``.lakewrap/`` for a glue or rest catalog)."""
+        if self.runlog:
+            return root / self.runlog
+        base = self.iceberg_catalog_path(root).parent if self.catalog == "sql" else root / DEFAULT_DIR
+        return base / "runlog.duckdb"
 
     def warehouse_location(self, root: Path) -> str:
         """The Iceberg warehouse: ``s3://...`` as written, or a local folder as a ``file://`` URI."""

@@ -1,24 +1,32 @@
-"""The run log: runs, steps, attempts and log lines, as tables in the lake's catalog database.
+"""The run log: runs, steps, attempts and log lines, as four tables in a run-log database.
 
 Written only by the process that coordinates a run, in small transactions of their own, never
-inside a materialization's transaction:
+inside a materialization's transaction. Where the tables live is the substrate's choice
+(:meth:`lakewrap.substrates.protocol.Substrate.runlog` returns a :class:`Store`):
 
-* DuckDB-file and PostgreSQL catalogs: through DuckDB's attachment of the catalog database
-  (``__ducklake_metadata_<alias>``) on the coordinator's connection. DuckDB refuses a transaction
-  that writes both that database and the lake, so a run-log write cannot slip into a
-  materialization's commit, and no DuckLake snapshot is created for it.
-* SQLite catalogs: Python's ``sqlite3`` on a SQLite file beside the catalog (``lake.sqlite`` →
-  ``lake.sqlite-runlog``), with a busy timeout. Writing the catalog file itself is no option: a
-  DuckDB attachment of it in the same process wedges (DuckLake 1.5.5), and two SQLite libraries
-  in one process (DuckDB's and Python's) do not see each other's locks on one file.
+* DuckLake, DuckDB-file and PostgreSQL catalogs (:class:`AttachedStore`): through DuckDB's
+  attachment of the catalog database (``__ducklake_metadata_<alias>``) on the coordinator's
+  connection. DuckDB refuses a transaction that writes both that database and the lake, so a
+  run-log write cannot slip into a materialization's commit, and no DuckLake snapshot is created
+  for it.
+* DuckLake, SQLite catalogs (:class:`SQLiteStore`): Python's ``sqlite3`` on a SQLite file beside
+  the catalog (``lake.sqlite`` → ``lake.sqlite-runlog``), with a busy timeout. Writing the catalog
+  file itself is no option: a DuckDB attachment of it in the same process wedges (DuckLake 1.5.5),
+  and two SQLite libraries in one process (DuckDB's and Python's) do not see each other's locks on
+  one file.
+* Iceberg (:class:`DuckDBFileStore`): a DuckDB database file of its own (``[lake] runlog``, by
+  default ``runlog.duckdb`` beside the embedded catalog), opened for each flush and closed again,
+  so that another process (a second run, ``lakewrap query``) can open it in between.
 
 Rows are buffered and flushed at most every ``interval`` (5) seconds, at once after a failure, and at
 the end of the run; ``target/run_results.json`` is rewritten at the same moments. A process killed
 with ``kill -9`` loses at most the last interval of log rows; what it committed to the lake is in
-``lakewrap.materializations`` (the state of record), which ``lakewrap resume`` reads.
+the lake's state of record (``lakewrap.materializations``, Iceberg's snapshot summaries or state
+tables), which ``lakewrap resume`` reads.
 
 Read them with ``lakewrap query "SELECT * FROM lakewrap_runs"`` (read-only sessions expose the four
-tables as views) or from any DuckDB client: ``SELECT * FROM __ducklake_metadata_lake.lakewrap_runs``.
+tables as views: :func:`expose`) or from any DuckDB client: ``SELECT * FROM
+__ducklake_metadata_lake.lakewrap_runs`` on DuckLake, ``ATTACH '.lakewrap/runlog.duckdb'`` on Iceberg.
 """
 
 from __future__ import annotations
@@ -37,38 +45,22 @@ from typing import Any
 from lakewrap import __version__
 from lakewrap.compilers import runlog as rsql
 from lakewrap.execute import statements as stmts
-from lakewrap.execute.lake import CONNECT_RETRY, Lake
-from lakewrap.execute.retry import retrying
+from lakewrap.execute.retry import RetryPolicy, retrying
+
+# A catalog or run-log file another process is writing answers "database is locked" or holds its
+# lock for a moment: a run-log write waits (up to about 50 s) rather than lose its rows.
+LOCKED_RETRY = RetryPolicy(attempts=30, base=0.05, cap=2.0)
+# What DuckDB 1.5.5 says when another process holds a database file's lock
+FILE_LOCKED = ("Could not set lock on file", "Conflicting lock is held")
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-def sqlite_runlog_path(lake: Lake) -> Path:
-    path = lake.config.catalog_path(lake.root)
-    return path.with_name(path.name + "-runlog")
-
-
-def expose(con: Any, lake: Lake) -> None:
-    """Make the run-log tables readable by their short names (temporary views) in a read session."""
-    catalog = stmts.metadata_catalog(lake.alias)
-    if lake.config.catalog == "sqlite":
-        path = sqlite_runlog_path(lake)
-        if not path.exists():
-            return
-        try:
-            con.execute(stmts.attach_sqlite(str(path)))
-        except Exception:
-            return
-        catalog = rsql.RUNLOG_ALIAS
-    for name in rsql.TABLES:
-        with suppress(Exception):  # a lake that never ran anything has no run log yet
-            con.execute(stmts.expose_view(name, catalog))
-
-
-class _Backend:
-    """Where the rows go: ``write(rows_by_table)`` in one transaction; ``read_run``."""
+class Store:
+    """Where the rows go: ``write(rows)`` in one transaction, ``read_run``, ``last_step``; and how a
+    read session sees them (:meth:`exposed`)."""
 
     def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
         raise NotImplementedError
@@ -98,72 +90,166 @@ def _arrow_table(table: str, rows: list[dict[str, Any]]) -> Any:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-class _DuckDBBackend(_Backend):
-    def __init__(self, con: Any, alias: str) -> None:
-        self.lock: Any = contextlib.nullcontext()
+def _duckdb_write(con: Any, catalog: str | None, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None,
+                  create: bool) -> None:
+    """One transaction on a DuckDB connection: the tables (when ``create``), the run's old row
+    removed, the rows inserted; rolled back on any error."""
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for table, row in rows:
+        by_table.setdefault(table, []).append(row)
+    # A few rows (a run of a few models) are bound one by one (about 1 ms each); a big flush
+    # goes as one INSERT per table from an Arrow table, which costs importing pyarrow (~0.1 s).
+    frames = ({t: _arrow_table(t, r) for t, r in by_table.items()} if len(rows) > SMALL_FLUSH else None)
+    con.execute(stmts.BEGIN)
+    try:
+        if create:  # another run may be creating them too: a conflict retries it all
+            for stmt in stmts.ddl("duckdb", catalog):
+                con.execute(stmt)
+        if replace_run is not None:
+            con.execute(stmts.delete_run("duckdb", catalog), {"run_id": replace_run})
+        if frames is None:
+            for table, table_rows in by_table.items():
+                insert = stmts.insert(table, "duckdb", catalog)
+                for row in table_rows:
+                    con.execute(insert, row)
+        for table, frame in (frames or {}).items():
+            con.register(_SOURCE, frame)
+            try:
+                con.execute(stmts.insert_from(table, _SOURCE, catalog))
+            finally:
+                con.unregister(_SOURCE)
+        con.execute(stmts.COMMIT)
+    except Exception:
+        with suppress(Exception):
+            con.execute(stmts.ROLLBACK)
+        raise
+
+
+def _duckdb_run(con: Any, catalog: str | None, run_id: str) -> dict[str, Any] | None:
+    import duckdb
+
+    try:
+        cursor = con.execute(stmts.select_run("duckdb", catalog), {"run_id": run_id})
+    except duckdb.CatalogException:
+        return None  # no run has written this run log yet
+    row = cursor.fetchone()
+    return dict(zip([d[0] for d in cursor.description], row, strict=True)) if row else None
+
+
+def _duckdb_last_step(con: Any, catalog: str | None, run_id: str) -> int:
+    row = con.execute(stmts.last_step("duckdb", catalog), {"run_id": run_id}).fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+class AttachedStore(Store):
+    """The tables in a database attached to the coordinator's connection (DuckLake's catalog database)."""
+
+    def __init__(self, con: Any, catalog: str, lock: Any = None) -> None:
+        self.lock: Any = lock if lock is not None else contextlib.nullcontext()
         self.con = con
-        self.catalog = stmts.metadata_catalog(alias)
+        self.catalog = catalog
         # The tables are created (if missing) in the first write's transaction: four DDL statements
         # of their own would be four more commits (4-7 ms of every run; 2 ms inside one transaction).
         self.created = False
 
     def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
-        by_table: dict[str, list[dict[str, Any]]] = {}
-        for table, row in rows:
-            by_table.setdefault(table, []).append(row)
-        # A few rows (a run of a few models) are bound one by one (about 1 ms each); a big flush
-        # goes as one INSERT per table from an Arrow table, which costs importing pyarrow (~0.1 s).
-        frames = ({t: _arrow_table(t, r) for t, r in by_table.items()} if len(rows) > SMALL_FLUSH else None)
-
-        def once() -> None:
-            self.con.execute(stmts.BEGIN)
-            try:
-                if not self.created:  # another run may be creating them too: a conflict retries it all
-                    for stmt in stmts.ddl("duckdb", self.catalog):
-                        self.con.execute(stmt)
-                if replace_run is not None:
-                    self.con.execute(stmts.delete_run("duckdb", self.catalog), {"run_id": replace_run})
-                if frames is None:
-                    for table, table_rows in by_table.items():
-                        insert = stmts.insert(table, "duckdb", self.catalog)
-                        for row in table_rows:
-                            self.con.execute(insert, row)
-                for table, frame in (frames or {}).items():
-                    self.con.register(_SOURCE, frame)
-                    try:
-                        self.con.execute(stmts.insert_from(table, _SOURCE, self.catalog))
-                    finally:
-                        self.con.unregister(_SOURCE)
-                self.con.execute(stmts.COMMIT)
-                self.created = True
-            except Exception:
-                with suppress(Exception):
-                    self.con.execute(stmts.ROLLBACK)
-                raise
-
         def locked() -> None:
             with self.lock:  # the run's steps share this instance (see Lake.statement_lock)
-                once()
+                _duckdb_write(self.con, self.catalog, rows, replace_run, not self.created)
+                self.created = True
 
-        retrying(locked, CONNECT_RETRY)
+        retrying(locked, LOCKED_RETRY)
 
     def read_run(self, run_id: str) -> dict[str, Any] | None:
-        import duckdb
-
-        try:
-            cursor = self.con.execute(stmts.select_run("duckdb", self.catalog), {"run_id": run_id})
-        except duckdb.CatalogException:
-            return None  # no run has written the run log of this lake yet
-        row = cursor.fetchone()
-        return dict(zip([d[0] for d in cursor.description], row, strict=True)) if row else None
+        with self.lock:
+            return _duckdb_run(self.con, self.catalog, run_id)
 
     def last_step(self, run_id: str) -> int:
         with self.lock:
-            row = self.con.execute(stmts.last_step("duckdb", self.catalog), {"run_id": run_id}).fetchone()
-        return int(row[0] or 0) if row else 0
+            return _duckdb_last_step(self.con, self.catalog, run_id)
 
 
-class _SQLiteBackend(_Backend):
+class DuckDBFileStore(Store):
+    """The tables in a DuckDB database file of their own, opened for each write and closed again.
+
+    DuckDB admits one process at a time to a database file: holding it open for the whole run would
+    lock out ``lakewrap query`` and every concurrent run. A locked file is waited for.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.created = False
+
+    def _open(self, read_only: bool = False) -> Any:
+        import duckdb
+
+        def once() -> Any:
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.IOException as exc:
+                if any(m in str(exc) for m in FILE_LOCKED):
+                    from lakewrap.errors import TransientExecutionError
+
+                    raise TransientExecutionError(str(exc).splitlines()[0]) from None
+                raise
+
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        return retrying(once, LOCKED_RETRY)
+
+    def write(self, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None) -> None:
+        def once() -> None:
+            con = self._open()
+            try:
+                _duckdb_write(con, None, rows, replace_run, not self.created)
+                self.created = True
+            finally:
+                con.close()
+
+        retrying(once, LOCKED_RETRY)
+
+    def read_run(self, run_id: str) -> dict[str, Any] | None:
+        if not self.path.exists():
+            return None
+        con = self._open(read_only=True)
+        try:
+            return _duckdb_run(con, None, run_id)
+        finally:
+            con.close()
+
+    def last_step(self, run_id: str) -> int:
+        if not self.path.exists():
+            return 0
+        con = self._open(read_only=True)
+        try:
+            return _duckdb_last_step(con, None, run_id)
+        finally:
+            con.close()
+
+    def attach(self, con: Any) -> str | None:
+        """ATTACH the file read-only to ``con`` as ``__lakewrap_runlog`` (before the session's
+        sandbox is locked); None when no run has written it yet or another process holds it."""
+        if not self.path.exists():
+            return None
+        try:
+            retrying(lambda: _attach_read_only(con, str(self.path), "duckdb"), LOCKED_RETRY)
+        except Exception:
+            return None
+        return rsql.RUNLOG_ALIAS
+
+
+def _attach_read_only(con: Any, path: str, kind: str) -> None:
+    try:
+        con.execute(stmts.attach_runlog(path, kind))
+    except Exception as exc:
+        if any(m in str(exc) for m in FILE_LOCKED):
+            from lakewrap.errors import TransientExecutionError
+
+            raise TransientExecutionError(str(exc).splitlines()[0]) from None
+        raise
+
+
+class SQLiteStore(Store):
     def __init__(self, path: Path) -> None:
         import sqlite3  # only here: a run on any other catalog does not load it (1-4 ms)
 
@@ -197,21 +283,33 @@ class _SQLiteBackend(_Backend):
         self.db.close()
 
 
-def backend_for(lake: Lake, con: Any) -> _Backend:
-    if lake.config.catalog == "sqlite":
-        return _SQLiteBackend(sqlite_runlog_path(lake))
-    backend = _DuckDBBackend(con, lake.alias)
-    backend.lock = lake.statement_lock
-    return backend
-
-
-def read_run(lake: Lake, con: Any, run_id: str) -> dict[str, Any] | None:
-    """The ``lakewrap_runs`` row of ``run_id`` (None when the lake has no such run)."""
-    backend = backend_for(lake, con)
+def attach_sqlite(con: Any, path: Path) -> str | None:
+    """ATTACH a SQLite run-log file read-only to ``con``; the catalog name, or None (no run log yet)."""
+    if not path.exists():
+        return None
     try:
-        return backend.read_run(run_id)
+        con.execute(stmts.attach_runlog(str(path), "sqlite"))
+    except Exception:
+        return None
+    return rsql.RUNLOG_ALIAS
+
+
+def expose(con: Any, catalog: str | None) -> None:
+    """Make the run-log tables of ``catalog`` (an attached database; None: no run log yet) readable
+    by their short names, as temporary views on ``con`` (a read-only session)."""
+    if catalog is None:
+        return
+    for name in rsql.TABLES:
+        with suppress(Exception):  # a lake that never ran anything has no run log yet
+            con.execute(stmts.expose_view(name, catalog))
+
+
+def read_run(store: Store, run_id: str) -> dict[str, Any] | None:
+    """The ``lakewrap_runs`` row of ``run_id`` (None when the run log has no such run)."""
+    try:
+        return store.read_run(run_id)
     finally:
-        backend.close()
+        store.close()
 
 
 @dataclass
@@ -219,11 +317,12 @@ class RunLog:
     """Buffers run-log rows and flushes them in their own transactions.
 
     Example:
-        >>> log = RunLog.open(lake, con, run_id, "run", args={...}, results=write)  # doctest: +SKIP
+        >>> store = substrate.runlog(lake, con)  # doctest: +SKIP
+        >>> log = RunLog.open(store, lake.redact, run_id, "run", args={...}, results=write)  # doctest: +SKIP
         >>> log.step(result); log.line("info", "retrying"); log.finish("success", counts)  # doctest: +SKIP
     """
 
-    backend: _Backend
+    backend: Store
     run_id: str
     run: dict[str, Any]
     redact: Callable[[str], str]
@@ -237,8 +336,8 @@ class RunLog:
     earlier: int = 0  # a resumed run's steps committed before the resume: counted as succeeded
 
     @classmethod
-    def open(cls, lake: Lake, con: Any, run_id: str, command: str, *, args: dict[str, Any], executor: str,
-             workers: int, steps: int, on_flush: Callable[[], None] = lambda: None,
+    def open(cls, store: Store, redact: Callable[[str], str], run_id: str, command: str, *, args: dict[str, Any],
+             executor: str, workers: int, steps: int, on_flush: Callable[[], None] = lambda: None,
              previous: dict[str, Any] | None = None, earlier: int = 0) -> RunLog:
         """Record the run as ``running``. A resumed run (``previous``: its row) keeps its start time,
         counts its ``earlier`` committed steps with the new ones, and numbers its steps after the
@@ -249,7 +348,7 @@ class RunLog:
             "executor": executor, "workers": workers, "steps": steps + earlier, "succeeded": earlier, "failed": 0,
             "skipped": 0, "cancelled": 0, "resumable": False, "lakewrap_version": __version__, "pid": os.getpid(),
         }
-        log = cls(backend_for(lake, con), run_id, run, lake.redact, on_flush, earlier=earlier)
+        log = cls(store, run_id, run, redact, on_flush, earlier=earlier)
         if previous:
             with suppress(Exception):  # numbering only; a lake without step rows starts at 1
                 log.steps = log.backend.last_step(run_id)

@@ -4,7 +4,9 @@
   are time-partitioned (their grains must match: a mismatch is refused before anything runs),
   every step of the upstream otherwise.
 * Writers to one table are serialized: a target has at most one step in flight, and its
-  partitions run in ascending order (a ``--full-refresh`` drops the table in its first one).
+  partitions run in ascending order (a ``--full-refresh`` drops the table in its first one). On a
+  lake whose commits are optimistic (Iceberg: the lake handle's ``parallel_writers``), partitions
+  of one table start in that order but run in parallel, a conflicting commit retried as a whole.
 * A failed step's downstream steps are ``skipped`` (transitively); ``--fail-fast`` stops
   scheduling after the first failure (in-flight steps finish).
 * Each step retries retryable errors only, ``-- retry N`` times (default: ``[run] retries`` in
@@ -13,12 +15,16 @@
   new starts, the run is recorded ``cancelled`` and can be resumed (``lakewrap resume RUN_ID``).
   A step that ran and did not report success is looked up in the lake before it is recorded: one
   whose COMMIT landed all the same is a ``success`` (:mod:`lakewrap.outcome`).
-* ``resume`` skips the steps whose materialization the lake's state (``lakewrap.materializations``)
-  records for the run, ``missing_only`` those already materialized with the same compiled SQL
-  (``sql_sha256``), both only while their inputs are unchanged; an ``append`` partition already
-  recorded is not appended again unless ``reappend`` (:mod:`lakewrap.skips`).
+* ``resume`` skips the steps whose materialization the lake's state of record (DuckLake's
+  ``lakewrap.materializations``, Iceberg's snapshot summaries or state tables) records for the run,
+  ``missing_only`` those already materialized with the same compiled SQL (``sql_sha256``), both
+  only while their inputs are unchanged; an ``append`` partition already recorded is not appended
+  again unless ``reappend`` (:mod:`lakewrap.skips`).
 
 The run log (:mod:`lakewrap.runlog`) and ``target/run_results.json`` are written as steps finish.
+Every substrate runs through this module: what differs (the lake handle, planning a step, the
+materializer, the commit lookup, the records skips read, the run log's store) is asked of the
+project's substrate (:mod:`lakewrap.substrates`).
 """
 
 from __future__ import annotations
@@ -39,15 +45,15 @@ from lakewrap.compile import _Cache, compile_plan, load_project
 from lakewrap.config import load_config
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
 from lakewrap.execute.executor import Result
-from lakewrap.execute.lake import Lake
-from lakewrap.outcome import resolve as resolve_outcome
 from lakewrap.project import Project
 from lakewrap.runlog import RunLog, read_run
-from lakewrap.runner import RunReport, new_run_id, plan_model, plan_partitions, refuse_empty, write_results
 from lakewrap.signals import on_signals as _on_signals
 from lakewrap.signals import settle
 from lakewrap.skips import RESUMED
 from lakewrap.spec import ModelSpec, TimePartitioning
+from lakewrap.steps import RunReport, new_run_id, plan_partitions, refuse_empty, write_results
+from lakewrap.substrates.protocol import Substrate
+from lakewrap.substrates.registry import resolve as substrate_of
 from lakewrap.workers import StepRunner, Task, make_runner
 
 Progress = Callable[[str, Any], None]  # ("start", total) / ("step", result) / ("end", report)
@@ -172,8 +178,11 @@ class Scheduler:
 
     def __init__(self, steps: list[Step], runner: StepRunner, workers: int, log: RunLog, report: RunReport,
                  fail_fast: bool, progress: Progress | None,
-                 resolve: Callable[[Result], Result] | None = None) -> None:
+                 resolve: Callable[[Result], Result] | None = None, per_target: int = 1) -> None:
         self.steps = steps
+        # steps of one target in flight at once: 1 (one writer per table), or more on a lake whose
+        # commits are optimistic and retried (Iceberg: ``parallel_writers`` of its lake handle)
+        self.per_target = max(1, per_target)
         self.resolve = resolve  # the lake's word on a step that ran and did not succeed (lakewrap.outcome)
         self.runner = runner
         self.workers = workers
@@ -190,7 +199,7 @@ class Scheduler:
         for s in steps:
             self.order.setdefault(s.task.target, []).append(s.index)
         self.cursor = dict.fromkeys(self.order, 0)  # per target: its first step that may be pending
-        self.busy: set[str] = set()  # targets with a step in flight
+        self.busy: dict[str, int] = dict.fromkeys(self.order, 0)  # per target: its steps in flight
 
     def cancel(self) -> None:
         """Stop scheduling and interrupt in-flight steps (safe from a signal handler)."""
@@ -214,35 +223,43 @@ class Scheduler:
         return None
 
     def _ready(self, inflight: int) -> list[Step]:
-        """Resolve skips, then the steps to start now (one per target, deps all committed)."""
+        """Resolve skips, then the steps to start now (deps all committed; at most ``per_target``
+        steps of a target in flight, started in its partitions' order)."""
         out: list[Step] = []
-        busy = set(self.busy)
+        started: set[int] = set()
+        busy = dict(self.busy)
         changed = True
         while changed:
             changed = False
             for target, idxs in self.order.items():
-                if target in busy:
+                if busy[target] >= self.per_target:
                     continue
                 ptr = self.cursor[target]
                 while ptr < len(idxs) and self.steps[idxs[ptr]].status != "pending":
                     ptr += 1  # a step never becomes pending again
                 self.cursor[target] = ptr
-                if ptr == len(idxs):
-                    continue
-                head = self.steps[idxs[ptr]]
-                blocker = self._blocked_by(head)
-                if blocker is not None:
-                    t = blocker.task
-                    why = (f"an upstream model failed in this run: {t.target}" + (f" {t.partition}" if t.partition
-                                                                                   else "")
-                           if blocker.status == "failed" else self.results[blocker.index].error or "not run")
-                    self._finish(head, head.task.skipped("skipped", why))
-                    changed = True
-                    continue
-                committed = all(self.steps[d].status in ("success", "unchanged", "done") for d in head.deps)
-                if committed and inflight + len(out) < self.workers:
-                    out.append(head)
-                    busy.add(target)
+                for i in idxs[ptr:]:
+                    if busy[target] >= self.per_target:
+                        break
+                    step = self.steps[i]
+                    if step.status != "pending" or i in started:
+                        continue
+                    blocker = self._blocked_by(step)
+                    if blocker is not None:
+                        t = blocker.task
+                        why = (f"an upstream model failed in this run: {t.target}" + (
+                            f" {t.partition}" if t.partition else "")
+                               if blocker.status == "failed" else self.results[blocker.index].error or "not run")
+                        self._finish(step, step.task.skipped("skipped", why))
+                        changed = True
+                        continue
+                    committed = all(self.steps[d].status in ("success", "unchanged", "done") for d in step.deps)
+                    if committed and inflight + len(out) < self.workers:
+                        out.append(step)
+                        started.add(i)
+                        busy[target] += 1
+                    elif self.per_target == 1:
+                        break  # one writer per table: its partitions run strictly in order
         return out
 
     def run(self) -> None:
@@ -251,7 +268,7 @@ class Scheduler:
             if not (self.cancelled.is_set() or self.stopping):
                 for step in self._ready(inflight):
                     step.status = "running"
-                    self.busy.add(step.task.target)
+                    self.busy[step.task.target] += 1
                     inflight += 1
                     self.runner.submit(step.task, lambda t, r: self.done.put((t, r)))
             if inflight == 0:  # nothing running and nothing can start: done (or stopped)
@@ -263,7 +280,7 @@ class Scheduler:
                     self.log.flush()
                 continue
             inflight -= 1
-            self.busy.discard(task.target)
+            self.busy[task.target] -= 1
             step = self.steps[self.index[(task.target, task.partition)]]
             if self.resolve is not None:
                 result = self.resolve(result)
@@ -318,7 +335,9 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
 def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[str, Any] | None = None) -> RunReport:
     """Run prepared steps; never raises for model or data errors (they are in the report)."""
     root, opts = prep.root, prep.opts
-    lake = Lake.open(root)
+    config = load_config(root)
+    substrate = substrate_of(config.lake)
+    lake = substrate.open(root, config=config)
     runner = make_runner(opts.executor, prep.workers, lake.config.catalog, opts.scheduler)
     report = RunReport(run_id=prep.run_id, started_at=prep.now.isoformat() if resume is None
                        else str(resume.get("started_at")))
@@ -330,7 +349,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         # what the lake already holds: committed steps of this run (resume), the same SQL (missing-only),
         # append partitions already recorded
         try:
-            skip_done(prep, con, lake.alias, resume is not None)
+            skip_done(prep, substrate, lake, con, resume is not None)
         except BaseException:
             lake.close(con)
             raise
@@ -346,8 +365,9 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         todo = [s for s in prep.steps if s.status == "pending"]
         # a resumed run's counts cover every step of the run: those it committed before, too
         report.earlier = sum(s.status == "done" and s.reason == RESUMED for s in prep.steps)
-        log = RunLog.open(lake, con, prep.run_id, opts.command, args=opts.to_args(), executor=runner.kind,
-                          workers=runner.workers, steps=len(todo), previous=resume, earlier=report.earlier,
+        log = RunLog.open(substrate.runlog(lake, con), lake.redact, prep.run_id, opts.command,
+                          args=opts.to_args(), executor=runner.kind, workers=runner.workers, steps=len(todo),
+                          previous=resume, earlier=report.earlier,
                           on_flush=lambda: write_results(root, folder, report))
         stack.callback(log.close)
         for s in prep.steps:
@@ -356,7 +376,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": s.reason}
                             for s in prep.steps if s.status == "done"]
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
-                              lambda result: resolve_outcome(lake, con, prep.run_id, result))
+                              lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result),
+                              per_target=runner.workers if lake.parallel_writers else 1)
         if progress:
             progress("start", len(todo))
         restore = _on_signals(scheduler.cancel)
@@ -385,19 +406,19 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
     return report
 
 
-def skip_done(prep: Prepared, con: Any, alias: str, resuming: bool) -> None:
+def skip_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any, resuming: bool) -> None:
     """Mark the steps the lake already holds ``done``, each with its reason (:mod:`lakewrap.skips`)."""
     from lakewrap.skips import mark
 
     def sha_of(spec: ModelSpec, partition: str | None) -> str | None:
         try:
-            return compile_plan(plan_model(con, spec, partition, prep.now), prep.cache).sql_sha256
+            return compile_plan(substrate.plan_step(lake, con, spec, partition, prep.now), prep.cache).sql_sha256
         except Exception:  # it fails again when it runs, and is reported there
             return None
 
-    mark(prep.steps, prep.selected, prep.project, con, alias, run_id=prep.run_id, resuming=resuming,
-         missing_only=prep.opts.missing_only, reappend=prep.opts.reappend, full_refresh=prep.opts.full_refresh,
-         sha_of=sha_of)
+    mark(prep.steps, prep.selected, prep.project, substrate.step_records(lake, con), run_id=prep.run_id,
+         resuming=resuming, missing_only=prep.opts.missing_only, reappend=prep.opts.reappend,
+         full_refresh=prep.opts.full_refresh, sha_of=sha_of)
 
 
 def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None) -> RunReport:
@@ -411,14 +432,14 @@ def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any
     from lakewrap.project import require_project
 
     root = require_project(root)
-    if load_config(root).lake.substrate == "iceberg":
-        raise StateError("an Iceberg lake keeps no run log, so there is no run to resume",
-                         hint="run the same command again")
-    lake = Lake.open(root)
-    lake.check_exists()  # a lake never created holds no run: it is not created here either
+    config = load_config(root)
+    substrate = substrate_of(config.lake)
+    # a lake never created holds no run: it is not created here either
+    substrate.open(root, config=config, read_only=True).check_exists()
+    lake = substrate.open(root, config=config)
     con = lake.connect()
     try:
-        row = read_run(lake, con, run_id)
+        row = read_run(substrate.runlog(lake, con), run_id)
     except Exception:
         row = None
     finally:

@@ -21,13 +21,13 @@ Skipped steps get status ``done`` and a reason; the report lists them under ``no
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from lakewrap.execute import statements as stmts
 from lakewrap.spec import ModelSpec, TimePartitioning
 
 if TYPE_CHECKING:
     from lakewrap.project import Project
+    from lakewrap.substrates.protocol import StepRecords
     from lakewrap.workers import Task
 
 RESUMED = "committed earlier in this run with the same sql_sha256; its inputs did not change since"
@@ -66,16 +66,11 @@ def duplicates(present: dict[str, set[str]], partition: str | None, run_id: str,
     return not reappend or run_id in present[partition]
 
 
-def ducklake_appended(con: Any, alias: str, target: str) -> dict[str, set[str]]:
-    """:func:`appended` read from a DuckLake: the records joined to the snapshots that committed them."""
-    rows = con.execute(stmts.append_records(alias), {"target": target}).fetchall()
-    return appended((r[0], r[1] in ("true", True), r[2]) for r in rows)
-
-
-def mark(steps: Sequence[Skippable], selected: Sequence[ModelSpec], project: Project, con: Any, alias: str, *,
+def mark(steps: Sequence[Skippable], selected: Sequence[ModelSpec], project: Project, records: StepRecords, *,
          run_id: str, resuming: bool, missing_only: bool, reappend: bool, full_refresh: bool,
          sha_of: Callable[[ModelSpec, str | None], str | None]) -> None:
-    """Set ``status = "done"`` and a reason on the steps the lake already holds (DuckLake).
+    """Set ``status = "done"`` and a reason on the steps the lake already holds, by the substrate's
+    ``records`` of its state (:meth:`lakewrap.substrates.protocol.Substrate.step_records`).
 
     ``sha_of(spec, partition)`` is the ``sql_sha256`` the model compiles to now (None: it does not
     compile; the step runs and reports the error).
@@ -85,15 +80,15 @@ def mark(steps: Sequence[Skippable], selected: Sequence[ModelSpec], project: Pro
         by_target.setdefault(s.task.target, []).append(s)
     skip: dict[int, str] = {}
     if resuming or missing_only:
-        candidates = _recorded(by_target, selected, con, run_id, resuming, sha_of)
+        candidates = _recorded(by_target, selected, records, run_id, resuming, sha_of)
         if candidates:
-            _drop_stale(candidates, by_target, selected, project, con, alias)
+            _drop_stale(candidates, by_target, selected, project, records)
         skip = {i: RESUMED if resuming else MISSING for i in candidates}
     for spec in selected:
         mine = by_target.get(spec.target.key, [])
         if spec.strategy.kind != "append" or not isinstance(spec.partition, TimePartitioning) or not mine:
             continue
-        present = ducklake_appended(con, alias, spec.target.key)
+        present = records.appended(spec.target.key)
         for s in mine:
             if duplicates(present, s.task.partition, run_id, reappend=reappend or full_refresh):
                 skip[s.index] = APPENDED
@@ -108,7 +103,7 @@ def mark(steps: Sequence[Skippable], selected: Sequence[ModelSpec], project: Pro
             skip.pop(s.index, None)
 
 
-def _recorded(by_target: dict[str, list[Skippable]], selected: Sequence[ModelSpec], con: Any, run_id: str,
+def _recorded(by_target: dict[str, list[Skippable]], selected: Sequence[ModelSpec], records: StepRecords, run_id: str,
               resuming: bool, sha_of: Callable[[ModelSpec, str | None], str | None]) -> set[int]:
     """Steps whose partition's latest record has the SQL the model compiles to now (and, when
     ``resuming``, was committed by the resumed run)."""
@@ -117,8 +112,7 @@ def _recorded(by_target: dict[str, list[Skippable]], selected: Sequence[ModelSpe
         mine = by_target.get(spec.target.key, [])
         if not mine:
             continue
-        latest = {r[0]: (r[1], r[2]) for r in
-                  con.execute(stmts.latest_records(), {"target": spec.target.key}).fetchall()}
+        latest = records.latest(spec.target.key)
         if not any(s.task.partition in latest for s in mine):
             continue
         sha = sha_of(spec, mine[0].task.partition)
@@ -130,12 +124,10 @@ def _recorded(by_target: dict[str, list[Skippable]], selected: Sequence[ModelSpe
 
 
 def _drop_stale(candidates: set[int], by_target: dict[str, list[Skippable]], selected: Sequence[ModelSpec],
-                project: Project, con: Any, alias: str) -> None:
+                project: Project, records: StepRecords) -> None:
     """Remove from ``candidates`` the steps whose upstream tables changed since their pin."""
-    from lakewrap.substrates.ducklake.feed import detect
-
     chosen = [spec for spec in selected if any(s.index in candidates for s in by_target.get(spec.target.key, []))]
-    found = detect(con, alias, project, chosen)
+    found = records.stale(project, chosen)
     for spec in chosen:
         stale = found[spec.target.key].partitions
         for s in by_target[spec.target.key]:

@@ -36,7 +36,7 @@ from lakewrap.errors import ConfigError, ExecutionError, Location
 from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Result, RetryPolicy
 from lakewrap.signals import settle
-from lakewrap.substrates.ducklake.materialize import Executor
+from lakewrap.substrates.registry import resolve
 
 
 class RunCancelled(ExecutionError):
@@ -64,18 +64,36 @@ class Task:
 
 
 class Guarded:
-    """A real DuckDB connection that refuses every statement but ROLLBACK once the run is cancelled."""
+    """A real DuckDB connection that refuses every statement but ROLLBACK once the run is cancelled.
+
+    :meth:`interrupt` interrupts the statement running on the connection or on any cursor it
+    handed out (an Iceberg materialization computes in a scratch session on a cursor). The cursors
+    themselves do not refuse statements: a step looks its COMMIT's outcome up on one after the
+    run was cancelled (:meth:`lakewrap.execute.executor.Executor.commit_outcome`).
+    """
 
     def __init__(self, con: Any, cancelled: threading.Event, lock: Any = None) -> None:
         self._con = con
         self._cancelled = cancelled
         self._lock = lock if lock is not None else contextlib.nullcontext()
+        self._cursors: list[Any] = []
 
     def execute(self, statement: str, *args: Any) -> Any:
         if self._cancelled.is_set() and statement != sql.ROLLBACK:
             raise RunCancelled("the run was cancelled", hint="resume it with `lakewrap resume RUN_ID`")
         with self._lock:  # one statement at a time on a shared instance (see Lake.statement_lock)
             return self._con.execute(statement, *args)
+
+    def cursor(self) -> Any:
+        child = self._con.cursor()
+        self._cursors.append(child)
+        return child
+
+    def interrupt(self) -> None:
+        for c in list(self._cursors):
+            with contextlib.suppress(Exception):  # closed in between
+                c.interrupt()
+        self._con.interrupt()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
@@ -84,17 +102,19 @@ class Guarded:
 def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading.Event, cache: Any = None) -> Result:
     """Plan, compile and execute one step on ``con``; never raises for model or data errors.
 
-    ``cache`` is the coordinator's compile cache, for steps run in its process (threads): the
-    statements come from it, and what they compile is saved with it.
+    ``con`` is a :class:`Guarded` connection or a plain one (guarded here). ``cache`` is the
+    coordinator's compile cache, for steps run in its process (threads): the statements come from
+    it, and what they compile is saved with it.
     """
-    from lakewrap.runner import materialize_spec
+    from lakewrap.steps import materialize_spec
 
     spec = project.models[task.target]
-    executor = Executor(lake, task.run_id, Path(task.root) / "target" / "run" / task.run_id,
-                        policy=RetryPolicy(attempts=task.attempts), strict=task.strict)
-    lock = lake.statement_lock if lake.is_shared else None
-    result = materialize_spec(Guarded(con, cancelled, lock), executor, spec, task.partition,
-                              datetime.fromisoformat(task.now), cache, drop_first=task.drop_first)
+    executor = resolve(lake.config).materializer(lake, task.run_id, Path(task.root) / "target" / "run" / task.run_id,
+                                                 policy=RetryPolicy(attempts=task.attempts), strict=task.strict)
+    if not isinstance(con, Guarded):
+        con = Guarded(con, cancelled, lake.statement_lock if lake.is_shared else None)
+    result = materialize_spec(lake, con, executor, spec, task.partition, datetime.fromisoformat(task.now), cache,
+                              drop_first=task.drop_first)
     return settle(result, cancelled)
 
 
@@ -156,10 +176,11 @@ class ThreadRunner(StepRunner):
     def _run(self, task: Task, done: Done) -> None:
         try:
             con = self._con()
+            guarded = Guarded(con, self.cancelled, self.lake.statement_lock if self.lake.is_shared else None)
             with self.lock:
-                self.active[threading.get_ident()] = con
+                self.active[threading.get_ident()] = guarded  # cancel() interrupts it and its cursors
             try:
-                result = run_task(task, con, self.lake, self.project, self.cancelled, self.cache)
+                result = run_task(task, guarded, self.lake, self.project, self.cancelled, self.cache)
             finally:
                 with self.lock:
                     self.active.pop(threading.get_ident(), None)
@@ -224,9 +245,11 @@ def _worker_state(root: str) -> tuple[Any, Any]:
         state = _WORKER.get(root)
         if state is None:
             from lakewrap.compile import load_project
-            from lakewrap.execute.lake import Lake
+            from lakewrap.config import load_config
 
-            state = _WORKER[root] = (Lake.open(Path(root)), load_project(Path(root), None))
+            config = load_config(Path(root))
+            lake = resolve(config.lake).open(Path(root), config=config)
+            state = _WORKER[root] = (lake, load_project(Path(root), None))
         return state  # type: ignore[no-any-return]
 
 
@@ -242,9 +265,10 @@ def worker_task(task: Task) -> Result:
         con = lake.connect()
         if not fresh:
             local.con = con
-    _WORKER["active"] = con
+    guarded = Guarded(con, _CANCEL)
+    _WORKER["active"] = guarded
     try:
-        return run_task(task, con, lake, project, _CANCEL)
+        return run_task(task, guarded, lake, project, _CANCEL)
     finally:
         _WORKER.pop("active", None)
         if fresh:

@@ -56,6 +56,13 @@ class IcebergLake:
     allow_paths: tuple[str, ...] = ()  # [security] allow_paths, absolute (SecurityConfig.directories)
     _catalog: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Taken by the run's coordinator around its own look-ups (the run log, a step's outcome). Each
+    # step has a DuckDB instance of its own (:meth:`connect`), so steps need no lock between them.
+    statement_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    is_shared = False  # every connect() is a new DuckDB instance: threads never share one
+    # Several steps may write one table at once: each commit is optimistic (a conflict is refused
+    # by the catalog and the whole materialization retried; disjoint partitions rebase in pyiceberg)
+    parallel_writers = True
 
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> IcebergLake:
@@ -201,6 +208,10 @@ class IcebergLake:
             con.execute(sql.set_option("TimeZone", "UTC", everywhere=True))
             if self.config.is_s3:
                 self._s3_secret(con)
+            if self.read_only:  # the run log, for `lakewrap query "... lakewrap_runs"` (see scratch())
+                from lakewrap.runlog import DuckDBFileStore
+
+                DuckDBFileStore(self.runlog_path()).attach(con)
             sandbox.lock(con, self.sandbox())
         except Exception:
             con.close()
@@ -209,6 +220,16 @@ class IcebergLake:
 
     def close(self, con: Any) -> None:
         con.close()
+
+    @contextmanager
+    def shared(self) -> Iterator[IcebergLake]:
+        """What :meth:`lakewrap.execute.lake.Lake.shared` is for threads: here nothing to share, each
+        step's connection is an instance of its own (pyiceberg commits; DuckDB only computes)."""
+        yield self
+
+    def runlog_path(self) -> Path:
+        """The run log's DuckDB file (``[lake] runlog``; :mod:`lakewrap.runlog`)."""
+        return self.config.runlog_path(self.root)
 
     def sandbox(self) -> list[str] | None:
         """The folders DuckDB sessions of this lake may read (:func:`sandbox.lock`): the project, the
@@ -272,6 +293,11 @@ class IcebergLake:
                     schemas.add(schema)
                 if table is not None and name not in hidden:
                     cursor.execute(ice.scan_view(schema, short, table.metadata_location, sid))
+            if self.read_only:  # the run-log tables by their short names (none when connect() attached none)
+                from lakewrap.compilers.runlog import RUNLOG_ALIAS
+                from lakewrap.runlog import expose
+
+                expose(cursor, RUNLOG_ALIAS)
             yield cursor, pinned
         finally:
             with suppress(Exception):

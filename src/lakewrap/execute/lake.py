@@ -47,6 +47,8 @@ class Lake:
     # about five full test runs (a segfault, an abort). Each statement still uses every core.
     statement_lock: threading.RLock = field(default_factory=threading.RLock)
     _shared: Any = field(default=None, repr=False)  # the instance ``shared()`` hands out cursors of
+    # one writer per table (lakewrap.scheduler): concurrent DuckLake writers of one table only conflict
+    parallel_writers = False
 
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> Lake:
@@ -173,6 +175,12 @@ class Lake:
             files += [catalog, catalog + ".wal"]
         return folders, files
 
+    def runlog_path(self) -> Path:
+        """A SQLite catalog's run-log file, beside it (``lake.sqlite`` → ``lake.sqlite-runlog``):
+        :mod:`lakewrap.runlog`; other catalogs keep the run log in the catalog database."""
+        path = self.config.catalog_path(self.root)
+        return path.with_name(path.name + "-runlog")
+
     def check_exists(self) -> None:
         """A :class:`NoLake` error when the catalog file (DuckDB or SQLite) was never created; a
         read-only connection checks this first, so reading never makes a lake."""
@@ -226,9 +234,10 @@ class Lake:
             self.close(con)
             raise self.attach_error(exc) from None
         if self.read_only:  # the run log's tables by their short names (lakewrap query "... lakewrap_runs")
-            from lakewrap.runlog import expose
+            from lakewrap import runlog
 
-            expose(con, self)
+            runlog.expose(con, runlog.attach_sqlite(con, self.runlog_path()) if self.config.catalog == "sqlite"
+                          else sql.metadata_catalog(self.alias))
         try:
             if not self.read_only:
                 self.ensure_state(con)

@@ -32,6 +32,11 @@ ask it for a role and never branch on the substrate's name:
   (:class:`ProvenanceBackend`);
 - transcript (:attr:`Substrate.transcript`): how the printed form of a plan reads on it
   (:mod:`lakewrap.output`, ``explain``);
+- run records (:meth:`Substrate.step_records`): what ``resume``, ``--missing-only`` and ``append``
+  re-runs skip by (:mod:`lakewrap.skips`);
+- seeding (:meth:`Substrate.seeder`): ``lakewrap seed``'s plans and commits;
+- run-log store (:meth:`Substrate.runlog`): where the run log's four tables live (:mod:`lakewrap.runlog`);
+- state store (:meth:`Substrate.materializations`): the recorded materializations of a table;
 
 Importing this module (and the registry) loads neither duckdb nor pyarrow nor pyiceberg:
 ``lakewrap compile`` resolves its substrate's compiler through it. Each role's implementation is
@@ -59,6 +64,7 @@ if TYPE_CHECKING:
     from lakewrap.plan import Plan
     from lakewrap.project import Project
     from lakewrap.provenance import Materialization, Reproduction, RunOrSnapshot
+    from lakewrap.runlog import Store
     from lakewrap.spec import ModelSpec
     from lakewrap.stale import Feed, StaleModel
 
@@ -70,9 +76,20 @@ class LakeHandle(Protocol):
 
     @property
     def config(self) -> LakeConfig: ...
+    # held around the coordinator's own statements on a connection the run's steps may share
+    statement_lock: Any
+    # whether several steps may write one table at once (optimistic commits, retried on conflict)
+    parallel_writers: bool
 
     @property
     def alias(self) -> str: ...
+
+    @property
+    def is_shared(self) -> bool:
+        """Whether :meth:`connect` hands out cursors of one instance the run's threads share."""
+
+    def shared(self) -> AbstractContextManager[Any]:
+        """A block inside which the run's threads may share what :meth:`connect` opens."""
 
     def redact(self, text: str) -> str: ...
 
@@ -159,6 +176,30 @@ class ProvenanceBackend(Protocol):
     def close(self) -> None: ...
 
 
+class StepRecords(Protocol):
+    """What a run skips by, read from the lake's state of record (:func:`lakewrap.skips.mark`)."""
+
+    def latest(self, target: str) -> dict[str | None, tuple[str, str]]:
+        """partition (None: the whole table) → (``sql_sha256``, run id) of its latest materialization."""
+
+    def appended(self, target: str) -> dict[str, set[str]]:
+        """The partitions an append table holds since its last full refresh, each with the runs that
+        appended it (:func:`lakewrap.skips.appended`)."""
+
+    def stale(self, project: Project, chosen: Sequence[ModelSpec]) -> dict[str, StaleModel]:
+        """The partitions of ``chosen`` whose inputs changed since they were built (:mod:`lakewrap.stale`)."""
+
+
+class Seeder(Protocol):
+    """``lakewrap seed``: one commit per CSV file, replacing the table."""
+
+    def connect(self) -> Any: ...
+
+    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan: ...
+
+    def materialize(self, con: Any, compiled: CompiledPlan) -> Result: ...
+
+
 class Substrate:
     """One kind of lake. Subclasses set :attr:`name` and implement the roles."""
 
@@ -188,7 +229,26 @@ class Substrate:
     def plan_step(self, lake: Any, con: Any, spec: ModelSpec, partition: str | None, now: datetime) -> Plan:
         raise NotImplementedError
 
+    def run_step(self, materializer: Any, con: Any, spec: ModelSpec, compiled: CompiledPlan, *,
+                 drop_first: bool = False) -> Result:
+        """One step of a run: ``compiled`` (the plan of ``spec``) through the :meth:`materializer`."""
+        return materializer.materialize(con, compiled, drop_first=drop_first)  # type: ignore[no-any-return]
+
+    def run_input(self, materializer: Any, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
+        """``lakewrap.materialize()``: ``compiled`` reads ``data`` (Arrow, pandas) registered as ``name``."""
+        raise NotImplementedError
+
     def resolve_outcome(self, lake: Any, con: Any, run_id: str, result: Result) -> Result:
+        raise NotImplementedError
+
+    def step_records(self, lake: Any, con: Any) -> StepRecords:
+        raise NotImplementedError
+
+    def seeder(self, lake: Any, run_id: str, folder: Path) -> Seeder:
+        raise NotImplementedError
+
+    def runlog(self, lake: Any, con: Any) -> Store:
+        """The run log's store; ``con`` is the coordinator's connection (a store may write through it)."""
         raise NotImplementedError
 
     # -- records ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from lakewrap.config import DuckLakeLakeConfig
 from lakewrap.substrates.protocol import Substrate
 
 if TYPE_CHECKING:
+    from lakewrap.compilers.artifacts import CompiledPlan
     from lakewrap.compilers.base import Compiler
     from lakewrap.config import LakeConfig, ProjectConfig
     from lakewrap.execute.executor import Result
@@ -23,11 +24,13 @@ if TYPE_CHECKING:
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
     from lakewrap.provenance import Materialization, RunOrSnapshot
+    from lakewrap.runlog import Store
     from lakewrap.spec import ModelSpec
     from lakewrap.substrates.ducklake.feed import DuckLakeFeed
     from lakewrap.substrates.ducklake.maintain import DuckLakeMaintainer
     from lakewrap.substrates.ducklake.materialize import Executor
     from lakewrap.substrates.ducklake.provenance import DuckLakeProvenance
+    from lakewrap.substrates.ducklake.run import Records, Seeder
 
 
 class DuckLake(Substrate):
@@ -52,14 +55,37 @@ class DuckLake(Substrate):
         return Executor(lake, run_id, folder, policy=policy or RetryPolicy(), strict=strict)
 
     def plan_step(self, lake: Lake, con: Any, spec: ModelSpec, partition: str | None, now: datetime) -> Plan:
-        from lakewrap.runner import plan_model
+        from lakewrap.substrates.ducklake.run import plan_step
 
-        return plan_model(con, spec, partition, now)
+        return plan_step(con, spec, partition, now)
+
+    def run_input(self, materializer: Executor, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
+        from lakewrap.execute.lake import CONNECT_RETRY
+        from lakewrap.execute.retry import retrying
+
+        # registering reads the lake's catalog, which a concurrent commit may hold (SQLite)
+        retrying(lambda: con.register(name, data), CONNECT_RETRY)
+        return materializer.materialize(con, compiled)
 
     def resolve_outcome(self, lake: Lake, con: Any, run_id: str, result: Result) -> Result:
-        from lakewrap.outcome import resolve
+        from lakewrap.substrates.ducklake.run import resolve_outcome
 
-        return resolve(lake, con, run_id, result)
+        return resolve_outcome(lake, con, run_id, result)
+
+    def step_records(self, lake: Lake, con: Any) -> Records:
+        from lakewrap.substrates.ducklake.run import Records
+
+        return Records(con, lake.alias)
+
+    def seeder(self, lake: Lake, run_id: str, folder: Path) -> Seeder:
+        from lakewrap.substrates.ducklake.run import Seeder
+
+        return Seeder(lake, self.materializer(lake, run_id, folder))
+
+    def runlog(self, lake: Lake, con: Any) -> Store:
+        from lakewrap.substrates.ducklake.run import runlog
+
+        return runlog(lake, con)
 
     def materializations(self, lake: Lake, target: str) -> list[Materialization]:
         with self.state_reader(lake) as read:

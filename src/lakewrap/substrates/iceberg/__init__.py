@@ -15,6 +15,7 @@ from lakewrap.config import IcebergLakeConfig
 from lakewrap.substrates.protocol import Substrate, Transcript
 
 if TYPE_CHECKING:
+    from lakewrap.compilers.artifacts import CompiledPlan
     from lakewrap.compilers.base import Compiler
     from lakewrap.config import LakeConfig, ProjectConfig
     from lakewrap.execute.executor import Materializer, Result
@@ -22,10 +23,20 @@ if TYPE_CHECKING:
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
     from lakewrap.provenance import Materialization, RunOrSnapshot
+    from lakewrap.runlog import Store
     from lakewrap.spec import ModelSpec
     from lakewrap.substrates.iceberg.feed import IcebergFeed
     from lakewrap.substrates.iceberg.maintain import IcebergMaintainer
     from lakewrap.substrates.iceberg.provenance import IcebergProvenance
+    from lakewrap.substrates.iceberg.run import Records, Seeder
+
+
+def _records(lake: IcebergLake, target: str) -> list[dict[str, Any]]:
+    """The materializations of ``target`` as the summaries or state rows hold them (the run's skips
+    and commit look-ups read these fields)."""
+    from lakewrap.substrates.iceberg.state import materializations_of
+
+    return materializations_of(lake, target)
 
 
 class Iceberg(Substrate):
@@ -53,15 +64,53 @@ class Iceberg(Substrate):
 
         return IcebergExecutor(lake, run_id, folder, policy=policy or RetryPolicy(), strict=strict)
 
-    def plan_step(self, lake: IcebergLake, con: Any, spec: ModelSpec, partition: str | None, now: datetime) -> Plan:
-        from lakewrap.iceberg_run import plan_model
+    def watermark(self, lake: IcebergLake, target: str) -> datetime | None:
+        """The latest watermark the target's commits recorded (dynamic partitions)."""
+        from lakewrap.substrates.iceberg.run import summary_watermark
 
-        return plan_model(lake, con, spec, partition, now)
+        return summary_watermark(lake, target)
+
+    def plan_step(self, lake: IcebergLake, con: Any, spec: ModelSpec, partition: str | None, now: datetime) -> Plan:
+        from lakewrap.spec import DynamicPartitioning
+        from lakewrap.substrates.iceberg.run import plan_step
+
+        mark = self.watermark(lake, str(spec.target)) if isinstance(spec.partition, DynamicPartitioning) else None
+        return plan_step(lake, con, spec, partition, now, substrate=self.name, watermark=mark,  # type: ignore[arg-type]
+                         scratch=self.probe_in_scratch)
+
+    probe_in_scratch = True  # a SELECT * model's columns are probed over pinned views of its reads
+
+    def run_step(self, materializer: Any, con: Any, spec: ModelSpec, compiled: CompiledPlan, *,
+                 drop_first: bool = False) -> Result:
+        from lakewrap.substrates.iceberg.reads import reads_of
+
+        return materializer.materialize(con, compiled, reads=reads_of(spec),  # type: ignore[no-any-return]
+                                        drop_first=drop_first)
+
+    def run_input(self, materializer: Any, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
+        return materializer.materialize(con, compiled, inputs={name: data})  # type: ignore[no-any-return]
 
     def resolve_outcome(self, lake: IcebergLake, con: Any, run_id: str, result: Result) -> Result:
-        from lakewrap.outcome import resolve_iceberg
+        from lakewrap.substrates.iceberg.run import resolve_outcome
 
-        return resolve_iceberg(lake, run_id, result)
+        return resolve_outcome(lake, run_id, result, _records)
+
+    def step_records(self, lake: IcebergLake, con: Any) -> Records:
+        from lakewrap.substrates.iceberg.run import Records
+
+        return Records(lake, _records,
+                       lambda project, chosen: self.stale(lake.root, project, chosen))
+
+    def seeder(self, lake: IcebergLake, run_id: str, folder: Path) -> Seeder:
+        from lakewrap.substrates.iceberg.commit import IcebergExecutor
+        from lakewrap.substrates.iceberg.run import Seeder
+
+        return Seeder(lake, IcebergExecutor(lake, run_id, folder))  # seeds commit through pyiceberg on both paths
+
+    def runlog(self, lake: IcebergLake, con: Any) -> Store:
+        from lakewrap.substrates.iceberg.run import runlog
+
+        return runlog(lake)
 
     def materializations(self, lake: IcebergLake, target: str) -> list[Materialization]:
         from lakewrap.substrates.iceberg.state import typed_materializations
@@ -115,11 +164,17 @@ class IcebergSql(Iceberg):
     name = "iceberg-sql"
     transcript = Transcript(setup_before_begin=True, shows_base=True, as_of="every upstream read is pinned with "
                             "AT (VERSION => n) (an Iceberg snapshot id per table)")
+    probe_in_scratch = False  # the attached REST catalog reads a model's tables directly
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.iceberg_sql import IcebergSqlCompiler
 
         return IcebergSqlCompiler()
+
+    def open(self, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> IcebergLake:
+        from lakewrap.substrates.iceberg.lake import IcebergSqlLake
+
+        return IcebergSqlLake.open(root, config=config, read_only=read_only)
 
     def materializer(self, lake: IcebergLake, run_id: str, folder: Path, *, policy: RetryPolicy | None = None,
                      strict: bool = False) -> Materializer:
@@ -149,3 +204,8 @@ class IcebergSql(Iceberg):
         from lakewrap.substrates.iceberg.provenance_sql import IcebergSqlProvenance
 
         return IcebergSqlProvenance(root)
+
+    def watermark(self, lake: IcebergLake, target: str) -> datetime | None:
+        from lakewrap.substrates.iceberg.run import state_watermark
+
+        return state_watermark(lake, target)

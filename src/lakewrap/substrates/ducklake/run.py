@@ -1,0 +1,133 @@
+"""The run roles of DuckLake: planning a step, a seed's plan, a step's outcome looked up, the
+records a run skips by, and where the run log lives.
+
+The state of record is ``lakewrap.materializations`` in the catalog, committed in the same
+transaction as the data; the run log lives in the catalog database too (:mod:`lakewrap.runlog`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
+from lakewrap.execute import statements as stmts
+from lakewrap.outcome import landed, needs_lookup, unanswered
+from lakewrap.plan import Param
+from lakewrap.skips import appended
+from lakewrap.spec import DynamicPartitioning
+from lakewrap.steps import plan_model, probe_columns
+
+if TYPE_CHECKING:
+    from lakewrap.execute.executor import Result
+    from lakewrap.execute.lake import Lake
+    from lakewrap.plan import Plan
+    from lakewrap.project import Project
+    from lakewrap.runlog import Store
+    from lakewrap.spec import ModelSpec
+    from lakewrap.stale import StaleModel
+    from lakewrap.substrates.ducklake.materialize import Executor
+
+
+def watermark_of(con: Any, target: str) -> datetime | None:
+    row = con.execute(stmts.last_watermark(), {"target": target}).fetchone()
+    return row[0] if row and row[0] is not None else None
+
+
+def plan_step(con: Any, spec: ModelSpec, value: str | None, now: datetime) -> Plan:
+    """The plan of one step with what the lake knows: the recorded watermark, probed columns."""
+    mark = watermark_of(con, str(spec.target)) if isinstance(spec.partition, DynamicPartitioning) else None
+    return plan_model(spec, value, now, substrate="ducklake", watermark=mark,
+                      probe=lambda plan: probe_columns(con, plan))
+
+
+def seed_plan(path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
+    """Replace ``schema.name`` with the rows of the CSV file at ``path`` (one transaction)."""
+    setup, replace = stmts.seed_table(schema, name)
+    statements = (
+        CompiledStatement(role="setup", sql=setup),
+        CompiledStatement(role="write", sql=replace, effect="insert",
+                          params={"path": Param(type="VARCHAR", value=str(path))}),
+    )
+    return CompiledPlan(model=path.stem, path=rel, target=f"{schema}.{name}", strategy="seed",
+                        substrate="ducklake", write_path="sql", window=None, idempotent=True,
+                        idempotent_note="a re-run replaces the table's content", statements=statements,
+                        sql_sha256=CompiledPlan.digest(statements))
+
+
+class Seeder:
+    """``lakewrap seed`` on DuckLake: the lake's own connection and executor."""
+
+    def __init__(self, lake: Lake, executor: Executor) -> None:
+        self.lake, self.executor = lake, executor
+
+    def connect(self) -> Any:
+        return self.lake.connect()
+
+    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
+        return seed_plan(path, rel, schema, name)
+
+    def materialize(self, con: Any, compiled: CompiledPlan) -> Result:
+        return self.executor.materialize(con, compiled)
+
+
+def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result:
+    """``result`` as the lake has it (:mod:`lakewrap.outcome`): its ``lakewrap.materializations`` row
+    and the snapshot whose commit message names the step.
+
+    ``con`` is the coordinator's connection (None: one is opened for the look-up and closed again,
+    as a SQLite catalog needs).
+    """
+    if not needs_lookup(result):
+        return result
+    params = {"run_id": run_id, "target": result.target, "partition": result.partition}
+    own = con is None
+    try:
+        cursor = lake.connect() if own else con
+        try:
+            with lake.statement_lock:  # the coordinator's connection is shared with the run log
+                row = cursor.execute(stmts.step_materialization(), params).fetchone()
+                snapshot = (cursor.execute(stmts.step_snapshot(lake.alias), params).fetchone()
+                            if row is not None else None)
+        finally:
+            if own:
+                lake.close(cursor)
+    except Exception as exc:
+        return unanswered(result, exc, lake.redact)
+    if row is None:
+        return result
+    return landed(result, row[:3], snapshot[0] if snapshot is not None else None, row[3])
+
+
+class Records:
+    """What a run skips by (:mod:`lakewrap.skips`), read on the coordinator's connection."""
+
+    def __init__(self, con: Any, alias: str) -> None:
+        self.con, self.alias = con, alias
+
+    def latest(self, target: str) -> dict[str | None, tuple[str, str]]:
+        """partition → (``sql_sha256``, run id) of its latest materialization."""
+        return {r[0]: (r[1], r[2]) for r in
+                self.con.execute(stmts.latest_records(), {"target": target}).fetchall()}
+
+    def appended(self, target: str) -> dict[str, set[str]]:
+        """:func:`lakewrap.skips.appended`: the records joined to the snapshots that committed them."""
+        rows = self.con.execute(stmts.append_records(self.alias), {"target": target}).fetchall()
+        return appended((r[0], r[1] in ("true", True), r[2]) for r in rows)
+
+    def stale(self, project: Project, chosen: Sequence[ModelSpec]) -> dict[str, StaleModel]:
+        from lakewrap.substrates.ducklake.feed import detect
+
+        return detect(self.con, self.alias, project, chosen)
+
+
+def runlog(lake: Lake, con: Any) -> Store:
+    """The run log in the catalog database (attached as ``__ducklake_metadata_<alias>``), or, for a
+    SQLite catalog, in a SQLite file beside it."""
+    from lakewrap import runlog as rl
+
+    if lake.config.catalog == "sqlite":
+        return rl.SQLiteStore(lake.runlog_path())
+    return rl.AttachedStore(con, stmts.metadata_catalog(lake.alias), lake.statement_lock)
