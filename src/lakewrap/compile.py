@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakewrap import __version__
 from lakewrap.errors import PlanError
@@ -508,7 +508,7 @@ def compile_project(
         from lakewrap.config import load_config
         from lakewrap.substrates.registry import key
 
-        substrate = cast("Substrate", key(load_config(root).lake))  # a registered substrate's name
+        substrate = key(load_config(root).lake)  # a registered substrate's name
     cache = _Cache.open(root.resolve(), use_cache) or _Cache.memory()
     # A whole-project compile compiles every model anyway: do it in the workers, beside the parse.
     pre = _Precompile(substrate, partition, now) if not selectors and not exclude else None

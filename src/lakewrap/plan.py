@@ -15,8 +15,9 @@ from lakewrap.frozen import Frozen
 from lakewrap.partitions import Grain, Partition, latest_complete, parse_partition
 from lakewrap.spec import DynamicPartitioning, ModelSpec, TimePartitioning
 
-# "iceberg-sql": Iceberg written by DuckDB SQL through a REST catalog (write_path = "sql")
-Substrate = Literal["ducklake", "iceberg", "iceberg-sql"]
+# The registered name of the substrate a plan is for (lakewrap.substrates.registry: "ducklake",
+# "iceberg", "iceberg-sql", or one a package adds); its compiler is compiler_for(name).
+Substrate = str
 # The lower bound of a dynamic window on its first run: no watermark recorded yet.
 BEGINNING_OF_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
 

@@ -68,7 +68,7 @@ class IcebergLake:
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> IcebergLake:
         project = config or load_config(root)
         cfg = project.lake
-        if cfg.substrate != "iceberg":
+        if not isinstance(cfg, IcebergLakeConfig):  # a caller opened a lake of another substrate as Iceberg
             raise ConfigError(f"substrate `{cfg.substrate}` is not Iceberg", location=Location("lakewrap.toml"))
         root = root.resolve()
         return cls(root, cfg, read_only, allow_paths=tuple(project.security.directories(root)))

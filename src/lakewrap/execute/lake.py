@@ -54,9 +54,9 @@ class Lake:
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> Lake:
         project = config or load_config(root)
         cfg = project.lake
-        if cfg.substrate != "ducklake":
+        if not isinstance(cfg, DuckLakeLakeConfig):  # a caller opened a lake of another substrate as a DuckLake
             raise ConfigError(
-                f"substrate `{cfg.substrate}` cannot be run yet",
+                f"substrate `{cfg.substrate}` is not a DuckLake",
                 location=Location("lakewrap.toml"),
                 hint="use substrate = \"ducklake\"",
             )
