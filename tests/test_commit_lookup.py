@@ -73,9 +73,10 @@ def ducklake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Lake, str, dict[
     assert code == 0, out + err
     lake = Lake.open(root)
     with connected(lake) as con:
-        recorded = {(t, p): (run_id, (ins, upd, dele), attempt) for t, p, run_id, ins, upd, dele, attempt in con.execute(
-            "SELECT target, partition_value, run_id, rows_inserted, rows_updated, rows_deleted, attempt "
-            "FROM lakewrap.materializations WHERE target IN ('main.events', 'main.total')").fetchall()}
+        rows = con.execute("SELECT target, partition_value, run_id, rows_inserted, rows_updated, rows_deleted, "
+                           "attempt FROM lakewrap.materializations WHERE target IN ('main.events', 'main.total')"
+                           ).fetchall()
+    recorded = {(t, p): (run_id, (ins, upd, dele), attempt) for t, p, run_id, ins, upd, dele, attempt in rows}
     assert set(recorded) == {("main.events", DAYS[0]), ("main.total", None)}
     (run_id,) = {r[0] for r in recorded.values()}
     return lake, run_id, recorded
@@ -296,8 +297,12 @@ def test_an_error_that_guarantees_nothing_landed_is_not_looked_up(iceberg: Icebe
 
 
 def test_which_errors_guarantee_the_commit_did_not_land() -> None:
-    from pyiceberg.exceptions import (CommitFailedException, CommitStateUnknownException, TableAlreadyExistsError,
-                                      ValidationException)
+    from pyiceberg.exceptions import (
+        CommitFailedException,
+        CommitStateUnknownException,
+        TableAlreadyExistsError,
+        ValidationException,
+    )
 
     for exc in (CommitFailedException("x"), ValidationException("x"), TableAlreadyExistsError("x"), ValueError("x")):
         assert definitely_not_committed(exc), exc
