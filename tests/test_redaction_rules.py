@@ -137,3 +137,17 @@ def test_a_json_tree_is_redacted_in_its_strings_keys_and_other_leaves() -> None:
                    "plain": b"bytes"}
     assert out["plain"] is tree["plain"]  # a leaf without a secret is the value itself, not its text
     assert isinstance(out["n"][2], bool) and isinstance(out["n"][0], int) and not isinstance(out["n"][1], str)
+
+
+def test_a_number_whose_text_is_a_secret_is_masked_in_a_sample() -> None:
+    """A numeric password (PGPASSWORD=20240607) selected into a failing test's sample: the number's
+    text shows the secret, so it becomes its redacted text (other numbers stay numbers)."""
+    secret = "20240607"
+
+    def text(s: str) -> str:
+        return redaction.redact(s, extra=[secret])
+
+    out = redaction.redact_value([{"n": 20240607, "f": 20240607.25, "neg": -20240607, "ok": 42, "x": 1.5}], text)
+    assert out == [{"n": "***", "f": "***.25", "neg": "-***", "ok": 42, "x": 1.5}]
+    assert type(out[0]["ok"]) is int and type(out[0]["x"]) is float
+
