@@ -151,3 +151,15 @@ def test_a_number_whose_text_is_a_secret_is_masked_in_a_sample() -> None:
     assert out == [{"n": "***", "f": "***.25", "neg": "-***", "ok": 42, "x": 1.5}]
     assert type(out[0]["ok"]) is int and type(out[0]["x"]) is float
 
+
+def test_a_leaf_shows_a_secret_when_its_redacted_text_differs() -> None:
+    """Whether a leaf of another type shows a secret is decided by comparing its text with the
+    redacted text: equal (not merely the same object) keeps the value, any difference masks it."""
+    secret = "#hunter22"  # '#' sorts before the mask's '*'
+
+    def text(s: str) -> str:
+        return redaction.redact(s, extra=[secret])
+
+    assert redaction.redact_value([secret.encode()], text) == ["b'***'"]
+    copying = [b"plain", 7]
+    assert redaction.redact_value(copying, lambda s: s[:1] + s[1:]) == copying  # an equal copy: nothing shown
