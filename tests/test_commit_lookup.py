@@ -204,7 +204,8 @@ def test_resolve_iceberg_finds_the_runs_commit_of_the_steps_partition(iceberg: I
         assert counts == (4 if target == "out.ap" else 2, 0, 0) == (by_target[target].rows_inserted, 0, 0)
         assert got.warnings[-1].endswith("but the lake holds its commit: recorded as success")
     for target, partition, run in (("out.di", "2024-01-01", report.run_id), ("out.di", None, report.run_id),
-                                   ("out.ap", "2024-01-02", report.run_id), ("out.ap", None, "another-run")):
+                                   ("out.ap", "2024-01-02", report.run_id), ("out.ap", None, "another-run"),
+                                   ("out.ap", None, "20230101T000000Z-000000")):  # sorts before the run's id
         result = failed(target, partition)
         assert resolve_iceberg(iceberg, run, result).status == "failed" and result.warnings == [], (target, partition)
     assert resolve_iceberg(iceberg, report.run_id, failed("out.ap", None, attempts=0)).status == "failed"
