@@ -12,6 +12,7 @@ still not twice by one run).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 from collections.abc import Iterator
 from datetime import datetime
@@ -191,3 +192,17 @@ def test_duplicates_decides_from_the_partitions_present() -> None:
     assert not skips.duplicates(present, "b", "r1", reappend=False)
     assert not skips.duplicates(present, None, "r1", reappend=False)
     assert not skips.duplicates({}, "a", "r1", reappend=False)
+
+
+def test_a_full_refresh_recorded_in_the_lake_forgets_the_partitions_before_it(tmp_path: Path) -> None:
+    """The flag comes from the committing snapshot's commit message (``full_refresh``): after a
+    --full-refresh run of day 01, the table holds day 01 of that run only."""
+    root = build(tmp_path / "lake")
+    code, out, err = cli("run", "app.log", "--partition", DAYS[0], "--full-refresh", "--project", str(root),
+                         "--now", NOW)
+    assert code == 0, out + err
+    with contextlib.closing(Lake.open(root).connect()) as con:
+        runs = [r[0] for r in con.execute("SELECT run_id FROM lakewrap.materializations WHERE target = 'app.log' "
+                                          "ORDER BY committed_at").fetchall()]
+        assert len(runs) == 3 and runs[0] == runs[1] != runs[2]
+        assert skips.ducklake_appended(con, Lake.open(root).alias, "app.log") == {DAYS[0]: {runs[2]}}
