@@ -147,6 +147,7 @@ MODELS = {
     "m/keys.sql": "-- materialized incremental\n-- unique_key id,k\nSELECT id, k, ts FROM raw.src\n",
     "m/latest.sql": "-- materialized incremental\n-- unique_key id dedupe=latest_by(ts)\nSELECT id, ts FROM raw.src\n",
     "m/scd.sql": "-- snapshot strategy=timestamp unique_key=id updated_at=ts\nSELECT id, ts FROM raw.src\n",
+    "m/scd_check.sql": "-- snapshot strategy=check unique_key=id check_cols=ts\nSELECT id, ts FROM raw.src\n",
 }
 
 
@@ -242,4 +243,14 @@ def test_the_snapshot_guards_refuse_null_and_repeated_keys_and_null_timestamps(
                                       "SELECT 1, TIMESTAMP '2024-01-02'") == [
         "1 unique_key (id) values occur more than once, e.g. (1)"]
     assert refused(con, st, relation, "SELECT NULL::INT AS id, TIMESTAMP '2024-01-01' AS ts") == [
+        "1 rows have a NULL unique_key (id)"]
+
+
+def test_a_check_snapshot_guards_its_keys_but_not_a_timestamp(project: Any, con: duckdb.DuckDBPyConnection) -> None:
+    """strategy=check compares columns, not a timestamp: a NULL in them is a value like any other."""
+    st = guards(project, "m.scd_check")
+    relation = "__lakewrap_changes"
+    assert len(st) == 2
+    assert refused(con, st, relation, ts("2024-01-01 00:00:00", None)) == []
+    assert refused(con, st, relation, "SELECT NULL::INT AS id, NULL::TIMESTAMP AS ts") == [
         "1 rows have a NULL unique_key (id)"]
