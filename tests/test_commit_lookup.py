@@ -223,6 +223,17 @@ def test_resolve_iceberg_says_so_when_it_cannot_look(iceberg: IcebergLake) -> No
     assert warning.startswith("the lake could not be asked whether this step's commit landed: ") and "\n" not in warning
 
 
+def test_resolve_iceberg_warns_with_the_first_line_of_the_error(iceberg: IcebergLake) -> None:
+    """A corrupted metadata file fails the look-up with pyiceberg's many-line validation error: the
+    warning holds its first line, which says what went wrong."""
+    first_run(iceberg)
+    Path(iceberg.load("out.ap").metadata_location.removeprefix("file://")).write_text('{"format-version": 2}')
+    result = failed("out.ap", None)
+    assert resolve_iceberg(iceberg, "r", result).status == "failed"
+    (warning,) = result.warnings
+    assert "validation error" in warning and "\n" not in warning, warning
+
+
 def unknown_after(monkeypatch: pytest.MonkeyPatch, exc: Exception, *, landed: bool) -> list[int]:
     """The next commit raises ``exc`` after it landed (or without landing); later ones commit."""
     from pyiceberg.table import Transaction
