@@ -268,7 +268,8 @@ def test_an_unknown_outcome_is_looked_up_and_applied_once(kind: str, landed: boo
     from pyiceberg.exceptions import CommitStateUnknownException
 
     first_run(iceberg)
-    exc = CommitStateUnknownException("lost the response") if kind != "OSError" else ConnectionResetError("reset")
+    message = "lost the response\nthe server said: 503"
+    exc = CommitStateUnknownException(message) if kind != "OSError" else ConnectionResetError(message)
     calls = unknown_after(monkeypatch, exc, landed=landed)
     report = run_iceberg_project(iceberg.root, ["out.ap"], now=INOW)
     (result,) = report.results
@@ -280,8 +281,9 @@ def test_an_unknown_outcome_is_looked_up_and_applied_once(kind: str, landed: boo
     log = log_of(iceberg, report.run_id)
     assert f"commit outcome unknown ({type(exc).__name__}); looking up commit" in log
     assert ("found in the table's history: it landed" in log) == landed
-    if not landed:
-        assert "attempt 1 did not commit (CommitUnknown)" in log
+    if not landed:  # the retry's note names the error's first line
+        assert ("attempt 1 did not commit (CommitUnknown); retrying in" in log
+                and "it is not in the table's history: lost the response\n" in log), log
 
 
 def test_another_error_of_an_unknown_outcome_that_did_not_land_fails_without_a_retry(
