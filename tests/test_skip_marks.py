@@ -82,14 +82,14 @@ def own_lake(tmp_path: Path) -> Iterator[tuple[Path, Any, str]]:
 
 def marked(root: Path, con: Any, targets: list[str], days: list[str], *, run_id: str = "r-now",
            resuming: bool = False, missing_only: bool = False, reappend: bool = False, full_refresh: bool = False,
-           sha: dict[str, str | None] | None = None, stepless: tuple[str, ...] = ()
+           sha: dict[str, str | None] | None = None, days_of: dict[str, list[str]] | None = None
            ) -> dict[tuple[str, str | None], str]:
-    """The steps of ``targets`` over ``days`` (the scheduler's own; none for the ``stepless`` ones),
-    marked; (target, partition) -> reason of each step not run again."""
+    """The steps of ``targets`` over ``days`` (the scheduler's own; over ``days_of[target]`` for
+    those it names), marked; (target, partition) -> reason of each step not run again."""
     project = load_project(root, None)
     selected = project.select(targets)
     now = datetime.fromisoformat(NOW)
-    parts = [[] if spec.target.key in stepless else list(days) if spec.partition is not None else [None]
+    parts = [(days_of or {}).get(spec.target.key, list(days)) if spec.partition is not None else [None]
              for spec in selected]
     steps = build_steps(project, selected, parts, root, run_id, now, RunOptions(full_refresh=full_refresh), 0)
 
@@ -151,15 +151,19 @@ def test_a_step_whose_dependency_runs_is_run(lake: tuple[Path, Any, str]) -> Non
 
 def test_a_selected_model_without_steps_does_not_stop_the_others_being_looked_at(
         lake: tuple[Path, Any, str]) -> None:
-    """A selected model can have no step (no partition of it in the range): the models after it
-    are still looked up."""
+    """A selected model can have no step (no partition of it in the range), or no recorded one: the
+    models after it are still looked up."""
     root, con, _ = lake
     for flags in ({"missing_only": True}, {}):
-        got = marked(root, con, ["main.events", "main.daily", "app.log"], DAYS, stepless=("main.events",), **flags)
+        got = marked(root, con, ["main.events", "main.daily", "app.log"], DAYS, days_of={"main.events": []}, **flags)
         want = {("app.log", d): skips.APPENDED for d in DAYS[:2]}
         if flags:
             want |= {("main.daily", d): skips.MISSING for d in DAYS[:2]}
         assert got == want, flags
+    # nor does one whose steps are all unrecorded (events of day 03 only)
+    got = marked(root, con, ["main.events", "main.daily"], DAYS[:2], days_of={"main.events": DAYS[2:]},
+                 missing_only=True)
+    assert got == {("main.daily", d): skips.MISSING for d in DAYS[:2]}
 
 
 def test_a_step_whose_upstream_changed_since_its_pin_is_run(own_lake: tuple[Path, Any, str]) -> None:
