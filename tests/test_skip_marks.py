@@ -82,12 +82,13 @@ def own_lake(tmp_path: Path) -> Iterator[tuple[Path, Any, str]]:
 
 def marked(root: Path, con: Any, targets: list[str], days: list[str], *, run_id: str = "r-now",
            resuming: bool = False, missing_only: bool = False, reappend: bool = False, full_refresh: bool = False,
-           sha: dict[str, str | None] | None = None, days_of: dict[str, list[str]] | None = None
-           ) -> dict[tuple[str, str | None], str]:
+           sha: dict[str, str | None] | None = None, days_of: dict[str, list[str]] | None = None,
+           first: tuple[str, ...] = ()) -> dict[tuple[str, str | None], str]:
     """The steps of ``targets`` over ``days`` (the scheduler's own; over ``days_of[target]`` for
-    those it names), marked; (target, partition) -> reason of each step not run again."""
+    those it names), marked; (target, partition) -> reason of each step not run again. The models
+    ``first`` names come first (they must not read the others)."""
     project = load_project(root, None)
-    selected = project.select(targets)
+    selected = sorted(project.select(targets), key=lambda spec: spec.target.key not in first)
     now = datetime.fromisoformat(NOW)
     parts = [(days_of or {}).get(spec.target.key, list(days)) if spec.partition is not None else [None]
              for spec in selected]
@@ -124,7 +125,8 @@ def test_a_plain_run_skips_nothing_it_may_rewrite(lake: tuple[Path, Any, str]) -
 
 def test_a_changed_or_uncompilable_model_is_not_skipped(lake: tuple[Path, Any, str]) -> None:
     root, con, _ = lake
-    assert marked(root, con, ["main.events"], DAYS, missing_only=True, sha={"main.events": "0" * 64}) == {}
+    for other in ("0" * 64, "f" * 64):  # another SQL, whichever way its hash sorts
+        assert marked(root, con, ["main.events"], DAYS, missing_only=True, sha={"main.events": other}) == {}
     assert marked(root, con, ["main.events"], DAYS, missing_only=True, sha={"main.events": None}) == {}
 
 
@@ -160,6 +162,9 @@ def test_a_selected_model_without_steps_does_not_stop_the_others_being_looked_at
         if flags:
             want |= {("main.daily", d): skips.MISSING for d in DAYS[:2]}
         assert got == want, flags
+    # nor does a model of another strategy before an append model
+    assert marked(root, con, ["main.events", "app.log"], DAYS, first=("main.events",)) == {
+        ("app.log", d): skips.APPENDED for d in DAYS[:2]}
     # nor does one whose steps are all unrecorded (events of day 03 only)
     got = marked(root, con, ["main.events", "main.daily"], DAYS[:2], days_of={"main.events": DAYS[2:]},
                  missing_only=True)
