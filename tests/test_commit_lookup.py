@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -166,6 +167,19 @@ def test_a_look_up_that_fails_leaves_the_result_and_says_so(ducklake: Any) -> No
     assert len(warning) > len("the lake could not be asked whether this step's commit landed: ") + 5
 
 
+def test_a_look_up_on_a_connection_without_the_lake_warns_with_the_errors_first_line(ducklake: Any) -> None:
+    """DuckDB's error for a missing table runs over several lines (a hint, the statement): the
+    warning holds its first line only."""
+    import duckdb
+
+    lake, run_id, _ = ducklake
+    with contextlib.closing(duckdb.connect()) as plain:
+        result = failed("main.events", DAYS[0])
+        assert resolve(lake, plain, run_id, result).status == "failed"
+    (warning,) = result.warnings
+    assert "materializations" in warning and "\n" not in warning, warning
+
+
 # --- Iceberg: outcome.resolve_iceberg and the executor's look-up -----------------------------------
 
 UTC = timezone.utc
@@ -284,6 +298,40 @@ def test_an_unknown_outcome_is_looked_up_and_applied_once(kind: str, landed: boo
     if not landed:  # the retry's note names the error's first line
         assert ("attempt 1 did not commit (CommitUnknown); retrying in" in log
                 and "it is not in the table's history: lost the response\n" in log), log
+
+
+def test_a_look_up_that_cannot_read_the_table_counts_as_not_landed(iceberg: IcebergLake,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit's outcome is unknown and the catalog does not answer the look-up either: the
+    attempt is taken as not landed (CommitUnknown, retried), never as committed."""
+    from pyiceberg.exceptions import CommitStateUnknownException
+
+    first_run(iceberg)
+    unknown_after(monkeypatch, CommitStateUnknownException("lost the response"), landed=False)
+    original = IcebergLake.load
+    unreachable = [False]
+
+    def load(self: IcebergLake, name: str) -> Any:
+        if unreachable[0]:
+            unreachable[0] = False
+            raise ConnectionRefusedError("the catalog does not answer")
+        return original(self, name)
+
+    def note(self: Any, line: str) -> None:  # the catalog stops answering as the look-up starts
+        if "looking up commit" in line:
+            unreachable[0] = True
+        noted(self, line)
+
+    from lakewrap.execute.log import StatementLog
+
+    noted = StatementLog.note
+    monkeypatch.setattr(IcebergLake, "load", load)
+    monkeypatch.setattr(StatementLog, "note", note)
+    report = run_iceberg_project(iceberg.root, ["out.ap"], now=INOW)
+    (result,) = report.results
+    assert result.status == "success" and result.attempts == 2, (result.status, result.error, result.warnings)
+    assert rows_of(iceberg, "out.ap") == 8 and result.rows_inserted == 4
+    assert "found in the table's history" not in log_of(iceberg, report.run_id)
 
 
 def test_another_error_of_an_unknown_outcome_that_did_not_land_fails_without_a_retry(
