@@ -177,7 +177,7 @@ def test_a_look_up_on_a_connection_without_the_lake_warns_with_the_errors_first_
         result = failed("main.events", DAYS[0])
         assert resolve(lake, plain, run_id, result).status == "failed"
     (warning,) = result.warnings
-    assert "materializations" in warning and "\n" not in warning, warning
+    assert "Catalog Error" in warning and "materializations" in warning and "\n" not in warning, warning
 
 
 # --- Iceberg: outcome.resolve_iceberg and the executor's look-up -----------------------------------
