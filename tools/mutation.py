@@ -1,4 +1,4 @@
-"""Mutation testing of lakewrap's safety rules with cosmic-ray (not run in CI: minutes to an hour a target).
+"""Mutation testing of lakewrap's safety rules with cosmic-ray (not run in CI: minutes to hours a target).
 
 Each target is the code holding one kind of safety rule (whole modules, or only some functions of a
 module, ``Target.only``) and the fast test files that must catch a change to it: each mutant's test
