@@ -1,5 +1,6 @@
 """Edges of partition windows that mutation testing (docs/testing.md) found untested: windows sort by
-time (``Window`` is an ordered dataclass), the supported years end exactly at 0002 and 9998, and an
+time (``Window`` is an ordered dataclass), the supported years end exactly at 0002 and 9998 (and stepping
+past the years a datetime holds is a PlanError), and an
 unknown time zone's hint suggests a name only when one is close."""
 
 from __future__ import annotations
@@ -45,3 +46,15 @@ def test_an_unknown_time_zone_suggests_a_close_name_only_when_there_is_one() -> 
     with pytest.raises(PlanError) as empty:
         zone("")
     assert empty.value.hint == "use an IANA name such as `UTC` or `Europe/Berlin`"
+
+
+@pytest.mark.parametrize(("grain", "first", "last"),
+                         [(Grain.MONTHLY, "0002-01", "9998-12"), (Grain.YEARLY, "0002", "9998")])
+def test_stepping_past_the_years_datetime_holds_is_a_plan_error(grain: Grain, first: str, last: str) -> None:
+    """Walking back before year 1 or on past 9999 (a lookback from the first supported partition):
+    a PlanError naming the supported years, not Python's ValueError."""
+    for value, step in ((first, "previous"), (last, "next")):
+        part = parse_partition(grain, value)
+        with pytest.raises(PlanError, match="leaves the supported years"):
+            for _ in range(14):
+                part = getattr(part, step)()

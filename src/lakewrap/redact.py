@@ -93,7 +93,8 @@ def redact(text: str, *, extra: Iterable[str | None] = (), roots: Sequence[Path]
 
 def redact_value(value: Any, text: Callable[[str], str] = redact) -> Any:
     """A JSON-like tree with every string passed through ``text`` (a redactor, :func:`redact` by
-    default); a leaf of another type whose text shows a secret becomes its redacted text.
+    default); a leaf of another type (a number too) whose text shows a secret becomes its redacted
+    text, and stays as it is otherwise.
 
     Example:
         >>> redact_value([{"k": "AKIA-canary-1"}], lambda s: s.replace("AKIA-canary-1", MASK))
@@ -105,7 +106,7 @@ def redact_value(value: Any, text: Callable[[str], str] = redact) -> Any:
         return {redact_value(k, text): redact_value(v, text) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact_value(v, text) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
+    if value is None or isinstance(value, bool):
         return value
     shown = str(value)
     masked = text(shown)
