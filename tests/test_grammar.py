@@ -16,7 +16,7 @@ import pytest
 
 import lakewrap
 from grammar_corpus import MALFORMED, MARK
-from lakewrap import grammar
+from lakewrap import grammar, select_edits
 from lakewrap.errors import Location, SqlError
 from lakewrap.execute.lake import Lake
 from lakewrap.parse import parse_model
@@ -192,14 +192,15 @@ def test_compiled_select_is_the_text_as_written_with_declared_substitutions(tmp_
 
 def test_a_substitution_that_changes_the_tree_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tree comparison is live: an edit beyond the declared substitutions is refused, named."""
-    real = grammar._edits
+    real = select_edits._edits
 
-    def wrong(tree: object, text: str, bounds: bool, catalog: str | None) -> list[tuple[int, int, str]]:
-        edits = real(tree, text, bounds, catalog)
+    def wrong(tree: object, text: str, bounds: bool, catalog: str | None,
+              found: list[select_edits.Substitution] | None = None) -> list[tuple[int, int, str]]:
+        edits = real(tree, text, bounds, catalog, found)
         at = text.index("> 190")
         return [*edits, (at, at + 1, ">>")]
 
-    monkeypatch.setattr(grammar, "_edits", wrong)
+    monkeypatch.setattr(select_edits, "_edits", wrong)
     with pytest.raises(SqlError, match="would change its meaning at") as err:
         grammar.edited_select("SELECT a FROM t WHERE a >= $partition_start AND b > 190", bounds=True,
                               catalog=None, rel="m.sql", where=Location("m.sql", 3))
