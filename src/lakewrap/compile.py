@@ -8,8 +8,11 @@ hash, and only re-binds parameters.
 
 A cold compile parses (and, when the whole project is compiled, compiles) the changed models in
 forked worker processes, one per available core (Linux only; ``LAKEWRAP_JOBS=1`` or ``jobs=1``
-keeps it in one process). Results are merged back in file order and any model that failed in a
-worker is redone in this process, so output and errors are the same as a serial compile.
+keeps it in one process), which this process imports sqlglot, duckdb and the compilers for before
+forking. A worker parses :data:`CHUNK` models, has DuckDB check the SELECTs they embed in batches
+(``select_edits.prepare_selects``), then compiles them. Results are merged back in file order and
+any model that failed in a worker is redone in this process, so output and errors are the same as
+a serial compile.
 
 Imports duckdb only for its parser (:mod:`lakewrap.grammar`, an in-memory connection that opens no
 lake and loads no extension), and only when a model file is parsed or a plan compiled afresh; never
