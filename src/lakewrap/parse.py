@@ -135,10 +135,9 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
             location=Location(rel, body_line),
             hint="write one SELECT after the header" if fields["materialized"] else "write the statements to run",
         )
-    uses: list[tuple[set[str], bool]] | None = None
+    uses: list[tuple[set[str], bool]] | None = None  # a wrapped model's: one walk for all its nodes below
     if wrapped:
         query = _single_query(statements, rel, body_text)
-        # One walk for the tables, CTEs, COLUMNS(...) and parameters (instead of one walk each).
         nodes = list(query.find_all(exp.CTE, exp.Table, exp.Columns, exp.Placeholder, exp.Parameter))
         output = output_columns(query, rel, body_text, statements[0],
                                 columns=any(isinstance(n, exp.Columns) for n in nodes))
@@ -294,7 +293,7 @@ def _projections(query: exp.Expr) -> list[exp.Expr]:
 def _is_star(proj: exp.Expr, columns: bool = True) -> bool:
     """``*``, ``t.*``, ``* EXCLUDE (...)``, ``COLUMNS(...)`` (also inside an expression, as in
     ``max(COLUMNS(*))``, which DuckDB expands to one column per match): columns not known from the
-    text alone. ``columns=False``: the query holds no ``COLUMNS(...)`` anywhere (no search)."""
+    text alone. ``columns=False``: the query holds no ``COLUMNS(...)`` anywhere."""
     return (
         isinstance(proj, (exp.Star, exp.Columns))
         or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star))
@@ -309,7 +308,6 @@ def output_columns(
 
     A column is named by an alias or is a plain column reference; any other expression would get a
     name made up by the engine (``CAST(x AS INTEGER)``, ``count_star()``), so it must be aliased.
-    ``columns=False``: the caller knows the query holds no ``COLUMNS(...)``.
     """
     names: list[str] = []
     for proj in _projections(query):
@@ -345,10 +343,8 @@ def output_columns(
 
 
 def table_refs(tree: exp.Expr, nodes: Sequence[exp.Expr] | None = None) -> tuple[TableRef, ...]:
-    """Tables a statement reads or writes, minus CTE names and table functions (``nodes``: the
-    tree's ``find_all`` result, of these types and maybe others, when the caller walked it)."""
-    if nodes is None:
-        nodes = list(tree.find_all(exp.CTE, exp.Table))  # one walk
+    """Tables a statement reads or writes, minus CTE names and table functions (``nodes``: its find_all)."""
+    nodes = list(tree.find_all(exp.CTE, exp.Table)) if nodes is None else nodes  # one walk
     ctes = {c.alias_or_name.lower() for c in nodes if isinstance(c, exp.CTE)}
     refs: dict[str, TableRef] = {}
     for table in nodes:
