@@ -16,7 +16,7 @@ import pytest
 
 import lakewrap
 from grammar_corpus import MALFORMED, MARK
-from lakewrap import grammar
+from lakewrap import grammar, select_edits
 from lakewrap.errors import Location, SqlError
 from lakewrap.execute.lake import Lake
 from lakewrap.parse import parse_model
@@ -192,18 +192,83 @@ def test_compiled_select_is_the_text_as_written_with_declared_substitutions(tmp_
 
 def test_a_substitution_that_changes_the_tree_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tree comparison is live: an edit beyond the declared substitutions is refused, named."""
-    real = grammar._edits
+    real = select_edits._edits
 
-    def wrong(tree: object, text: str, bounds: bool, catalog: str | None) -> list[tuple[int, int, str]]:
-        edits = real(tree, text, bounds, catalog)
+    def wrong(tree: object, text: str, bounds: bool, catalog: str | None,
+              found: list[select_edits.Substitution] | None = None) -> list[tuple[int, int, str]]:
+        edits = real(tree, text, bounds, catalog, found)
         at = text.index("> 190")
         return [*edits, (at, at + 1, ">>")]
 
-    monkeypatch.setattr(grammar, "_edits", wrong)
+    monkeypatch.setattr(select_edits, "_edits", wrong)
     with pytest.raises(SqlError, match="would change its meaning at") as err:
         grammar.edited_select("SELECT a FROM t WHERE a >= $partition_start AND b > 190", bounds=True,
                               catalog=None, rel="m.sql", where=Location("m.sql", 3))
     assert "COMPARISON" in err.value.message or "FUNCTION" in err.value.message
+
+
+BATCHED = [
+    ("SELECT a FROM raw.t WHERE a >= $partition_start AND a < $partition_end", True, None),
+    ("SELECT a FROM raw.t WHERE a BETWEEN $partition_start AND $partition_end", True, None),
+    ("SELECT a FROM raw.t WHERE a BETWEEN f($partition_end) AND $partition_end", True, None),
+    ('SELECT "ü" AS u, 1.5e300 AS x, \'it\'\'s\' AS s FROM raw.t JOIN "x"."y" USING (a) WHERE a > $partition_start',
+     True, "ice"),
+    ("SELECT a FROM raw.t WHERE b = 'raw.t' AND a >= $partition_start", False, "ice"),
+    ("SELECT a FROM raw.t WHERE a >= $partition_start AND", True, None),
+    ("SELECT a FROM raw.t", True, None),
+]
+
+
+def _alone(text: str, bounds: bool, catalog: str | None) -> str | None:
+    select_edits._EDITED.clear()
+    try:
+        return grammar.edited_select(text, bounds=bounds, catalog=catalog, rel="m.sql", where=Location("m.sql", 1))
+    except SqlError:
+        return None
+
+
+def test_the_batched_check_remembers_what_each_select_gets_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold compile checks its SELECTs in batches (prepare_selects: two DuckDB queries per batch):
+    each result is the one edited_select computes alone, and a SELECT the batch cannot settle (DuckDB
+    rejects it, or its edits must fall back) is left for edited_select, never remembered wrong."""
+    alone = {case: _alone(*case) for case in BATCHED}
+    assert "CAST($partition_start AS TIMESTAMP)" in str(alone[BATCHED[0]])
+    assert alone[BATCHED[2]] == BATCHED[2][0]  # the bound under BETWEEN could not be placed: left as written
+    assert str(alone[BATCHED[3]]).count('"ice".') == 2 and alone[BATCHED[6]] == BATCHED[6][0]
+    assert alone[BATCHED[5]] is None
+    queries: list[int] = []
+    real = select_edits.serialize_docs
+    monkeypatch.setattr(select_edits, "serialize_docs", lambda texts: queries.append(len(texts)) or real(texts))
+    matched: list[bool] = []
+    expected = select_edits._as_expected
+    monkeypatch.setattr(select_edits, "_as_expected", lambda *a: matched.append(expected(*a)) or matched[-1])
+    select_edits._EDITED.clear()
+    grammar.prepare_selects(BATCHED)
+    # decided on the JSON text, but for the BETWEEN that falls back and the double DuckDB spells 1.5e300
+    assert matched == [True, True, False, False, True]
+    remembered = {case: select_edits._EDITED.get(case) for case in BATCHED}
+    assert queries == [6, 5]  # the texts as written, then the edited ones, each batch in one query
+    assert remembered[BATCHED[5]] is None and remembered[BATCHED[2]] is None
+    assert {c: r for c, r in remembered.items() if r is not None} == {
+        c: alone[c] for c in BATCHED if c not in (BATCHED[2], BATCHED[5])}
+    assert {case: _alone(*case) for case in BATCHED} == alone  # and alone again, after the batch
+
+
+def test_a_batch_with_a_wrong_edit_remembers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = select_edits._edits
+
+    def wrong(tree: object, text: str, bounds: bool, catalog: str | None,
+              found: list[select_edits.Substitution] | None = None) -> list[tuple[int, int, str]]:
+        at = text.index("> 190")
+        return [*real(tree, text, bounds, catalog, found), (at, at + 1, ">>")]
+
+    monkeypatch.setattr(select_edits, "_edits", wrong)
+    texts = [(f"SELECT a, {i} AS i FROM t WHERE a >= $partition_start AND b > 190", True, None) for i in range(5)]
+    select_edits._EDITED.clear()
+    grammar.prepare_selects(texts)
+    assert not any(case in select_edits._EDITED for case in texts)
+    with pytest.raises(SqlError, match="would change its meaning at"):
+        grammar.edited_select(texts[0][0], bounds=True, catalog=None, rel="m.sql", where=Location("m.sql", 3))
 
 
 def test_iceberg_sql_catalog_is_inserted_at_the_table_names() -> None:

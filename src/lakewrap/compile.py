@@ -8,8 +8,11 @@ hash, and only re-binds parameters.
 
 A cold compile parses (and, when the whole project is compiled, compiles) the changed models in
 forked worker processes, one per available core (Linux only; ``LAKEWRAP_JOBS=1`` or ``jobs=1``
-keeps it in one process). Results are merged back in file order and any model that failed in a
-worker is redone in this process, so output and errors are the same as a serial compile.
+keeps it in one process), which this process imports sqlglot, duckdb and the compilers for before
+forking. A worker parses :data:`CHUNK` models, has DuckDB check the SELECTs they embed in batches
+(``select_edits.prepare_selects``), then compiles them. Results are merged back in file order and
+any model that failed in a worker is redone in this process, so output and errors are the same as
+a serial compile.
 
 Imports duckdb only for its parser (:mod:`lakewrap.grammar`, an in-memory connection that opens no
 lake and loads no extension), and only when a model file is parsed or a plan compiled afresh; never
@@ -47,6 +50,8 @@ CACHE_FILE = Path("target") / "cache" / "compile-v1.json"
 CACHE_FORMAT = 4
 # Fan out only when each process gets at least this many models: below it, fork costs more than it saves.
 MIN_PER_JOB = 24
+# Models a worker parses before compiling them, whose SELECTs DuckDB checks in one batch (grammar.BATCH).
+CHUNK = 100
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -185,9 +190,9 @@ def _jobs(requested: int | None) -> int:
     return max(1, requested)
 
 
-def _fan_out(items: Sequence[T], work: Callable[[T], R], jobs: int,
+def _fan_out(items: Sequence[T], work: Callable[[Sequence[T]], list[R]], jobs: int,
              wire: Callable[[R], Any] = lambda r: r) -> list[R | Any | None]:
-    """``[work(x) for x in items]``, spread over ``jobs`` forked children.
+    """``work(items)``, spread over ``jobs`` forked children (``work`` maps a list to a list).
 
     Child ``k`` takes every ``jobs``-th item from the ``k``-th and sends back ``wire(result)``
     through a pipe; results come back in item order. Where a child fails, its items are ``None``
@@ -199,7 +204,7 @@ def _fan_out(items: Sequence[T], work: Callable[[T], R], jobs: int,
     """
     jobs = min(jobs, len(items) // MIN_PER_JOB)
     if jobs <= 1:
-        return [work(x) for x in items]
+        return list(work(items))
     import pickle  # here, not at the top: a warm run never fans out
 
     for stream in (sys.stdout, sys.stderr):
@@ -214,7 +219,7 @@ def _fan_out(items: Sequence[T], work: Callable[[T], R], jobs: int,
                 try:
                     for fd in (read, *(r for _, _, r in children)):
                         os.close(fd)
-                    payload = pickle.dumps([wire(work(x)) for x in items[share::jobs]], pickle.HIGHEST_PROTOCOL)
+                    payload = pickle.dumps([wire(r) for r in work(items[share::jobs])], pickle.HIGHEST_PROTOCOL)
                     with os.fdopen(write, "wb") as out:
                         out.write(payload)
                     status = 0
@@ -240,6 +245,25 @@ def _fan_out(items: Sequence[T], work: Callable[[T], R], jobs: int,
                 os.waitpid(pid, 0)
             except OSError:  # pragma: no cover
                 pass
+
+
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``items`` in runs of :data:`CHUNK` (a worker holds one run's parse trees at a time)."""
+    for i in range(0, len(items), CHUNK):
+        yield items[i:i + CHUNK]
+
+
+def _before_fork(substrate: Substrate | None) -> None:
+    """Import what the workers parse and compile with once, before they fork, instead of once in
+    each (sqlglot, duckdb, the compilers: ~0.3 CPU s a process), and load the keyword registry."""
+    from lakewrap import duckdb_parser, parse
+    from lakewrap.annotations.registry import default_registry
+
+    default_registry()
+    duckdb_parser.load()
+    if substrate is not None:
+        _compiler(substrate)
+    assert parse.parse_model is not None
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -287,21 +311,62 @@ def _plan_key(plan: Plan) -> str:
     return key
 
 
-def _parse_one(path: Path, root: Path, text: str | None, rel: str, pre: _Precompile | None) -> _Parsed | None:
+def _parse_one(path: Path, root: Path, text: str | None, rel: str) -> _Parsed | None:
     """Parse one model (a worker's unit of work); None when it fails, to be redone for its error."""
     from lakewrap.parse import parse_model
 
     try:
-        parsed = _Parsed(parse_model(path, root, text=text, rel=rel))
+        return _Parsed(parse_model(path, root, text=text, rel=rel))
     except Exception:
         return None
-    if pre is not None and parsed.spec is not None:
+
+
+def _parse_many(models: Sequence[tuple[Path, str | None, str]], root: Path,
+                pre: _Precompile | None) -> list[_Parsed | None]:
+    """Parse (path, text, rel) models, and with ``pre`` compile them too, a :data:`CHUNK` at a time."""
+    out: list[_Parsed | None] = []
+    for chunk in _chunks(models):
+        parsed = [_parse_one(path, root, text, rel) for path, text, rel in chunk]
+        if pre is not None:
+            _compile_parsed([p for p in parsed if p is not None], root, pre)
+        out += parsed
+    return out
+
+
+def _compile_parsed(parsed: list[_Parsed], root: Path, pre: _Precompile) -> None:
+    """Plan and compile parsed models; one that fails is planned and compiled again, in dependency
+    order, if it is selected (and raises there)."""
+    for got in parsed:
+        if got.spec is not None:
+            with contextlib.suppress(Exception):
+                got.plan = plan_for(got.spec, pre.substrate, pre.partition, pre.now, root)
+    planned = [(got, got.plan) for got in parsed if got.plan is not None]
+    _prepare_selects([plan for _, plan in planned])
+    for got, plan in planned:
+        with contextlib.suppress(Exception):
+            got.compiled = _compiler(plan.substrate).compile(plan)
+
+
+def _prepare_selects(plans: Sequence[Plan]) -> None:
+    """Check the SELECTs these plans' statements embed ahead of compiling them one by one: DuckDB
+    parses them in batches (``select_edits.prepare_selects``) and ``Compiler.query`` finds the
+    checked text it asks ``grammar.edited_select`` for. A guess that misses costs time, never a check."""
+    from lakewrap.select_edits import prepare_selects
+    from lakewrap.sqltext import parse_body
+
+    requests: list[tuple[str, bool, str | None]] = []
+    for plan in plans:
+        spec = plan.model
+        if spec.strategy.kind == "literal":
+            continue  # its statements run as written: nothing embedded
         try:
-            parsed.plan = plan_for(parsed.spec, pre.substrate, pre.partition, pre.now, root)
-            parsed.compiled = _compiler(parsed.plan.substrate).compile(parsed.plan)
+            statements = parse_body(spec.sql, spec.path)  # the parse's trees, not parsed again
+            catalog = _compiler(plan.substrate).caps.catalog
         except Exception:
-            pass  # compiled again, in dependency order, if the model is selected
-    return parsed
+            continue
+        if statements:
+            requests.append((statements[0].text, plan.binding is not None, catalog))
+    prepare_selects(requests)
 
 
 def _to_wire(parsed: _Parsed | None) -> _Parsed | None:
@@ -358,7 +423,10 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
         misses.append((i, path, text))
 
     n_jobs = _jobs(jobs) if len(misses) >= 2 * MIN_PER_JOB else 1
-    parsed = _fan_out(misses, lambda m: _parse_one(m[1], root, m[2], files[m[0]][1], precompile), n_jobs, _to_wire)
+    if n_jobs > 1:
+        _before_fork(precompile.substrate if precompile is not None else None)
+    parsed = _fan_out(misses, lambda ms: _parse_many([(m[1], m[2], files[m[0]][1]) for m in ms], root, precompile),
+                      n_jobs, _to_wire)
     done: dict[int, _Parsed | None] = {m[0]: p for m, p in zip(misses, parsed, strict=True)}
 
     project = Project(root)
@@ -556,13 +624,20 @@ def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Su
             missing.append(plan)
     n_jobs = _jobs(jobs) if len(missing) >= 2 * MIN_PER_JOB else 1
     if n_jobs <= 1:
-        return  # compile_plan does them one by one
+        _prepare_selects(missing)  # compile_plan does them one by one, with these SELECTs checked
+        return
+    _before_fork(substrate)
 
-    def work(plan: Plan) -> CompiledPlan | None:
-        try:
-            return _compiler(plan.substrate).compile(plan)
-        except Exception:
-            return None  # compiled again in order by compile_plan, which raises the error
+    def work(plans: Sequence[Plan]) -> list[CompiledPlan | None]:
+        out: list[CompiledPlan | None] = []
+        for chunk in _chunks(plans):
+            _prepare_selects(chunk)
+            for plan in chunk:
+                try:
+                    out.append(_compiler(plan.substrate).compile(plan))
+                except Exception:
+                    out.append(None)  # compiled again in order by compile_plan, which raises the error
+        return out
 
     def wire(compiled: CompiledPlan | None) -> Template | None:
         return None if compiled is None else _template(compiled)

@@ -135,10 +135,14 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
             location=Location(rel, body_line),
             hint="write one SELECT after the header" if fields["materialized"] else "write the statements to run",
         )
+    uses: list[tuple[set[str], bool]] | None = None  # a wrapped model's: one walk for all its nodes below
     if wrapped:
         query = _single_query(statements, rel, body_text)
-        output = output_columns(query, rel, body_text, statements[0])
-        upstreams = table_refs(query)
+        nodes = list(query.find_all(exp.CTE, exp.Table, exp.Columns, exp.Placeholder, exp.Parameter))
+        output = output_columns(query, rel, body_text, statements[0],
+                                columns=any(isinstance(n, exp.Columns) for n in nodes))
+        upstreams = table_refs(query, nodes)
+        uses = [parameter_uses(query, nodes)]
     else:
         output = None
         refs: dict[str, TableRef] = {}
@@ -153,7 +157,7 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
             header.target = next(iter(written.values()))  # a literal model names the table it writes
     target = header.target or default_target(rel)
     upstreams = tuple(u for u in upstreams if u.key != target.key)
-    _check_parameters(statements, fields, rel, body_text, _annotation_sql(header))
+    _check_parameters(statements, fields, rel, body_text, _annotation_sql(header), uses)
     _check_column_refs(header, output, fields, rel)
     if wrapped and fields["materialized"] == "snapshot":
         _check_snapshot_output(statements[0], rel, body_text)
@@ -286,19 +290,19 @@ def _projections(query: exp.Expr) -> list[exp.Expr]:
     return list(select.expressions)
 
 
-def _is_star(proj: exp.Expr) -> bool:
+def _is_star(proj: exp.Expr, columns: bool = True) -> bool:
     """``*``, ``t.*``, ``* EXCLUDE (...)``, ``COLUMNS(...)`` (also inside an expression, as in
     ``max(COLUMNS(*))``, which DuckDB expands to one column per match): columns not known from the
-    text alone."""
+    text alone. ``columns=False``: the query holds no ``COLUMNS(...)`` anywhere."""
     return (
         isinstance(proj, (exp.Star, exp.Columns))
         or (isinstance(proj, exp.Column) and isinstance(proj.this, exp.Star))
-        or proj.find(exp.Columns) is not None
+        or (columns and proj.find(exp.Columns) is not None)
     )
 
 
 def output_columns(
-    query: exp.Expr, rel: str, body: str, statement: Statement | None = None
+    query: exp.Expr, rel: str, body: str, statement: Statement | None = None, *, columns: bool = True
 ) -> tuple[str, ...] | None:
     """The SELECT's output column names, or None when it selects ``*``.
 
@@ -307,7 +311,7 @@ def output_columns(
     """
     names: list[str] = []
     for proj in _projections(query):
-        if _is_star(proj):
+        if _is_star(proj, columns):
             return None
         if isinstance(proj, exp.Alias):
             name = proj.alias
@@ -338,9 +342,9 @@ def output_columns(
     return tuple(names)
 
 
-def table_refs(tree: exp.Expr) -> tuple[TableRef, ...]:
-    """Tables a statement reads or writes, minus CTE names and table functions."""
-    nodes = list(tree.find_all(exp.CTE, exp.Table))  # one walk
+def table_refs(tree: exp.Expr, nodes: Sequence[exp.Expr] | None = None) -> tuple[TableRef, ...]:
+    """Tables a statement reads or writes, minus CTE names and table functions (``nodes``: its find_all)."""
+    nodes = list(tree.find_all(exp.CTE, exp.Table)) if nodes is None else nodes  # one walk
     ctes = {c.alias_or_name.lower() for c in nodes if isinstance(c, exp.CTE)}
     refs: dict[str, TableRef] = {}
     for table in nodes:
@@ -392,7 +396,8 @@ def _annotation_sql(header: Header) -> list[tuple[str, Location]]:
 
 
 def _check_parameters(statements: tuple[Statement, ...], fields: dict[str, object], rel: str, body: str,
-                      fragments: Sequence[tuple[str, Location]] = ()) -> None:
+                      fragments: Sequence[tuple[str, Location]] = (),
+                      uses: Sequence[tuple[set[str], bool]] | None = None) -> None:
     import sqlglot
 
     for text, where in fragments:
@@ -406,8 +411,7 @@ def _check_parameters(statements: tuple[Statement, ...], fields: dict[str, objec
                 "and only in a partitioned model",
             )
     used: set[str] = set()
-    for st in statements:
-        names, positional = parameter_uses(st.tree)
+    for names, positional in uses if uses is not None else (parameter_uses(st.tree) for st in statements):
         if positional:
             raise SqlError(
                 "positional parameters (`?`, `$1`) are not supported",

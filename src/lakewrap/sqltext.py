@@ -7,12 +7,15 @@ the result, so compiling a model never parses its SQL twice.
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]
+from sqlglot.parser import Parser
+from sqlglot.tokens import Token, Tokenizer, TokenType  # type: ignore[attr-defined]
 
 from lakewrap.errors import Location, SqlError
 from lakewrap.sqlpos import OPENERS, line_text, offset_location
@@ -151,8 +154,20 @@ def parse_body(sql: str, path: str) -> tuple[Statement, ...]:
                        "(move parts into CTEs)") from None
 
 
+_LOCAL = threading.local()
+
+
+def _tools() -> tuple[Tokenizer, Parser]:
+    """This thread's sqlglot tokenizer and parser (each resets itself per call): building them
+    cost about a tenth of parsing a model."""
+    tools: tuple[Tokenizer, Parser] | None = getattr(_LOCAL, "tools", None)
+    if tools is None:
+        tools = _LOCAL.tools = (_DIALECT_OBJ.tokenizer(), _DIALECT_OBJ.parser())
+    return tools
+
+
 def _parse_body(sql: str, path: str) -> tuple[Statement, ...]:
-    tokenizer = sqlglot.Dialect.get_or_raise(DIALECT).tokenizer()
+    tokenizer, parser = _tools()
     try:
         tokens = tokenizer.tokenize(sql)
     except TokenError as exc:
@@ -164,7 +179,7 @@ def _parse_body(sql: str, path: str) -> tuple[Statement, ...]:
         text = sql[start:end]
         try:
             # Positions stay those of the body's tokens (see Statement.meta_origin).
-            trees = _DIALECT_OBJ.parser().parse(_inside_text(chunk, sql, start, end), text)
+            trees = parser.parse(_inside_text(chunk, sql, start, end), text)
             origin = 0
         except ParseError:
             try:
@@ -244,14 +259,16 @@ def parameters(tree: exp.Expr) -> set[str]:
     return {p.name for p in tree.find_all(exp.Placeholder) if _NAMED.match(p.name or "")}
 
 
-def parameter_uses(tree: exp.Expr) -> tuple[set[str], bool]:
-    """In one walk: :func:`parameters` and whether the AST also uses ``?`` or ``$1`` style ones."""
+def parameter_uses(tree: exp.Expr, nodes: Sequence[exp.Expr] | None = None) -> tuple[set[str], bool]:
+    """In one walk: :func:`parameters` and whether the AST also uses ``?`` or ``$1`` style ones
+    (``nodes``: the tree's ``find_all`` result, of these types and maybe others, when the caller
+    walked it)."""
     names: set[str] = set()
     positional = False
-    for p in tree.find_all(exp.Placeholder, exp.Parameter):
+    for p in tree.find_all(exp.Placeholder, exp.Parameter) if nodes is None else nodes:
         if isinstance(p, exp.Placeholder) and _NAMED.match(p.name or ""):
             names.add(p.name)
-        else:
+        elif isinstance(p, (exp.Placeholder, exp.Parameter)):
             positional = True
     return names, positional
 
