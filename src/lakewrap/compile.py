@@ -22,19 +22,16 @@ pyarrow or pyiceberg.
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import json
 import os
-import signal
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from lakewrap import __version__
+from lakewrap import __version__, fanout
 from lakewrap.errors import PlanError
 from lakewrap.execute import statements
 from lakewrap.plan import Plan, Substrate, make_plan
@@ -48,14 +45,6 @@ if TYPE_CHECKING:
 
 CACHE_FILE = Path("target") / "cache" / "compile-v1.json"
 CACHE_FORMAT = 4
-# Fan out only when each process gets at least this many models: below it, fork costs more than it saves.
-MIN_PER_JOB = 24
-# Models a worker parses before compiling them, whose SELECTs DuckDB checks in one batch (grammar.BATCH).
-CHUNK = 100
-
-T = TypeVar("T")
-R = TypeVar("R")
-
 # A template: a CompiledPlan dumped to JSON without its window, each statement's params as names.
 Template = dict[str, Any]
 
@@ -168,89 +157,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# --- fan-out over cores ---------------------------------------------------------------------------
-
-
-def _jobs(requested: int | None) -> int:
-    """How many processes a fan-out may use: ``requested``, else ``LAKEWRAP_JOBS``, else the cores."""
-    if requested is None:
-        env = os.environ.get("LAKEWRAP_JOBS", "").strip()
-        if env.isdigit() and int(env) > 0:
-            requested = int(env)
-    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
-        return 1  # fork without exec is unsafe on macOS and missing on Windows
-    threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
-        return 1  # forking a process with other threads running can deadlock the child
-    if requested is None:
-        try:
-            requested = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):  # pragma: no cover
-            requested = os.cpu_count() or 1
-    return max(1, requested)
-
-
-def _fan_out(items: Sequence[T], work: Callable[[Sequence[T]], list[R]], jobs: int,
-             wire: Callable[[R], Any] = lambda r: r) -> list[R | Any | None]:
-    """``work(items)``, spread over ``jobs`` forked children (``work`` maps a list to a list).
-
-    Child ``k`` takes every ``jobs``-th item from the ``k``-th and sends back ``wire(result)``
-    through a pipe; results come back in item order. Where a child fails, its items are ``None``
-    for the caller to redo. ``work`` must not raise (return a failure marker instead).
-
-    This process only waits: the ASTs a parse builds stay in the children, which end with
-    ``os._exit``, so neither the collector of this process nor its exit (tearing down a 2000-model
-    heap took ~0.5 s) ever walks them.
-    """
-    jobs = min(jobs, len(items) // MIN_PER_JOB)
-    if jobs <= 1:
-        return list(work(items))
-    import pickle  # here, not at the top: a warm run never fans out
-
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    children: list[tuple[int, int, int]] = []  # (share, pid, read end)
-    try:
-        for share in range(jobs):
-            read, write = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child
-                status = 1
-                try:
-                    for fd in (read, *(r for _, _, r in children)):
-                        os.close(fd)
-                    payload = pickle.dumps([wire(r) for r in work(items[share::jobs])], pickle.HIGHEST_PROTOCOL)
-                    with os.fdopen(write, "wb") as out:
-                        out.write(payload)
-                    status = 0
-                finally:
-                    os._exit(status)
-            os.close(write)
-            children.append((share, pid, read))
-        results: list[R | Any | None] = [None] * len(items)
-        while children:
-            share, pid, read = children.pop(0)
-            with os.fdopen(read, "rb") as src:
-                payload = src.read()
-            _, status = os.waitpid(pid, 0)
-            if status == 0:
-                with contextlib.suppress(Exception):  # a truncated pipe: the caller redoes those items
-                    results[share::jobs] = pickle.loads(payload)
-        return results
-    finally:
-        for _, pid, read in children:  # only on an exception in this process
-            try:
-                os.close(read)
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except OSError:  # pragma: no cover
-                pass
-
-
-def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    """``items`` in runs of :data:`CHUNK` (a worker holds one run's parse trees at a time)."""
-    for i in range(0, len(items), CHUNK):
-        yield items[i:i + CHUNK]
+# --- fan-out over cores (lakewrap.fanout) ---------------------------------------------------------
 
 
 def _before_fork(substrate: Substrate | None) -> None:
@@ -325,7 +232,7 @@ def _parse_many(models: Sequence[tuple[Path, str | None, str]], root: Path,
                 pre: _Precompile | None) -> list[_Parsed | None]:
     """Parse (path, text, rel) models, and with ``pre`` compile them too, a :data:`CHUNK` at a time."""
     out: list[_Parsed | None] = []
-    for chunk in _chunks(models):
+    for chunk in fanout.chunks(models):
         parsed = [_parse_one(path, root, text, rel) for path, text, rel in chunk]
         if pre is not None:
             _compile_parsed([p for p in parsed if p is not None], root, pre)
@@ -422,11 +329,11 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
         fresh[rel] = _Entry(digest, _plans={})
         misses.append((i, path, text))
 
-    n_jobs = _jobs(jobs) if len(misses) >= 2 * MIN_PER_JOB else 1
+    n_jobs = fanout.jobs(jobs) if len(misses) >= 2 * fanout.MIN_PER_JOB else 1
     if n_jobs > 1:
         _before_fork(precompile.substrate if precompile is not None else None)
-    parsed = _fan_out(misses, lambda ms: _parse_many([(m[1], m[2], files[m[0]][1]) for m in ms], root, precompile),
-                      n_jobs, _to_wire)
+    parsed = fanout.fan_out(misses, lambda ms: _parse_many([(m[1], m[2], files[m[0]][1]) for m in ms], root,
+                                                           precompile), n_jobs, _to_wire)
     done: dict[int, _Parsed | None] = {m[0]: p for m, p in zip(misses, parsed, strict=True)}
 
     project = Project(root)
@@ -580,7 +487,7 @@ def compile_project(
     cache = _Cache.open(root.resolve(), use_cache) or _Cache.memory()
     # A whole-project compile compiles every model anyway: do it in the workers, beside the parse.
     pre = _Precompile(substrate, partition, now) if not selectors and not exclude else None
-    with _fewer_collections():
+    with fanout.fewer_collections():
         project = load_project(root, cache, jobs=jobs, precompile=pre)
         selected = project.select(selectors, exclude)
         if pre is None:
@@ -590,22 +497,6 @@ def compile_project(
             out.append(compile_plan(plan_for(spec, substrate, partition, now, root), cache))
     cache.save()
     return out
-
-
-@contextlib.contextmanager
-def _fewer_collections() -> Iterator[None]:
-    """Run the cyclic garbage collector less often while compiling (restored afterwards).
-
-    Parsing and building sqlglot ASTs allocates millions of small objects; with the default
-    threshold (700) the collector took ~25% of a cold compile's CPU at 2000 models, with
-    (10000, 20, 10) ~12%, at the same peak memory.
-    """
-    before = gc.get_threshold()
-    gc.set_threshold(max(before[0], 10_000), max(before[1], 20), before[2])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Substrate, partition: str | None,
@@ -622,7 +513,7 @@ def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Su
             continue  # raised again, in order, by compile_project
         if _plan_key(plan) not in entry.plans:
             missing.append(plan)
-    n_jobs = _jobs(jobs) if len(missing) >= 2 * MIN_PER_JOB else 1
+    n_jobs = fanout.jobs(jobs) if len(missing) >= 2 * fanout.MIN_PER_JOB else 1
     if n_jobs <= 1:
         _prepare_selects(missing)  # compile_plan does them one by one, with these SELECTs checked
         return
@@ -630,7 +521,7 @@ def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Su
 
     def work(plans: Sequence[Plan]) -> list[CompiledPlan | None]:
         out: list[CompiledPlan | None] = []
-        for chunk in _chunks(plans):
+        for chunk in fanout.chunks(plans):
             _prepare_selects(chunk)
             for plan in chunk:
                 try:
@@ -642,7 +533,7 @@ def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Su
     def wire(compiled: CompiledPlan | None) -> Template | None:
         return None if compiled is None else _template(compiled)
 
-    for plan, got in zip(missing, _fan_out(missing, work, n_jobs, wire), strict=True):
+    for plan, got in zip(missing, fanout.fan_out(missing, work, n_jobs, wire), strict=True):
         key = _plan_key(plan)
         entry = cache.entries[plan.model.path]
         if isinstance(got, dict):  # from a worker
