@@ -85,6 +85,17 @@ _MARKERS = ("Transaction conflict", "Failed to commit DuckLake transaction", "da
 _CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "PGPASSWORD",
                 "LAKEWRAP_ICEBERG_TOKEN")
 RETRY, REDACT, SKIPS = "src/lakewrap/execute/retry.py", "src/lakewrap/redact.py", "src/lakewrap/skips.py"
+# the errors after which pyiceberg guarantees nothing landed (definitely_not_committed), and those
+# after which a commit not found in the table's history is retried (IcebergExecutor._commit)
+_NOT_COMMITTED = ("CommitFailedException", "ValidationException", "TableAlreadyExistsError", "ValueError")
+_UNKNOWN = ("CommitStateUnknownException", "OSError")
+
+
+def _dropped(names: tuple[str, ...], left_out: str) -> str:
+    kept = [n for n in names if n != left_out]
+    return f"({', '.join(kept)}{',' if len(kept) == 1 else ''})"
+
+
 HAND: dict[str, tuple[tuple[str, str, str], ...]] = {
     "retry": tuple((RETRY, f'    "{m}",', "") for m in _MARKERS),
     "redaction": (
@@ -105,6 +116,11 @@ HAND: dict[str, tuple[tuple[str, str, str], ...]] = {
         (SKIPS, "return not reappend or run_id in present[partition]", "return not reappend"),  # a resume's own
         (SKIPS, "        if refresh:\n            present = {}\n", ""),  # records before a full refresh count
         (DUCKLAKE_RUN, 'r[1] in ("true", True)', 'r[1] in (True,)'),  # the full-refresh flag of DuckLake's records
+    ),
+    "commit-lookup": (
+        *((ICEBERG_COMMIT, _dropped(_NOT_COMMITTED, ""), _dropped(_NOT_COMMITTED, n)) for n in _NOT_COMMITTED),
+        *((ICEBERG_COMMIT, f"isinstance(exc, {_dropped(_UNKNOWN, '')})", f"isinstance(exc, {_dropped(_UNKNOWN, n)})")
+          for n in _UNKNOWN),
     ),
 }
 
