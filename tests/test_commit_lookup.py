@@ -1,13 +1,18 @@
 """The commit-outcome look-ups, on small real lakes (fast: the mutation target ``commit-lookup``).
 
-* ``lakewrap.outcome.resolve`` (DuckLake) and ``resolve_iceberg``: a failed or cancelled step that
-  started a transaction is looked up by run id, target and partition; a commit that landed turns it
-  into the success the lake records (its counts, snapshot and attempt), anything else is left as
-  reported, and a look-up that fails says so in a warning.
-* The Iceberg executor after a commit whose outcome is unknown (``IcebergExecutor._commit``): it
-  looks the attempt's commit id up in the table's history, records a commit that landed once, retries
-  one that did not land (``CommitStateUnknownException``, ``OSError``), and fails on any other error
-  without retrying; an error after which pyiceberg guarantees nothing landed is not looked up.
+* Each substrate's ``resolve_outcome`` (DuckLake: :mod:`lakewrap.substrates.ducklake.run`; Iceberg:
+  :mod:`lakewrap.substrates.iceberg.run`, over the records of :mod:`lakewrap.substrates.iceberg.state`)
+  with the shared rules of :mod:`lakewrap.outcome`: a failed or cancelled step that started a
+  transaction is looked up by run id, target and partition; a commit that landed turns it into the
+  success the lake records (its counts, snapshot and attempt), anything else is left as reported,
+  and a look-up that fails says so in a warning. The tests call it through the registered substrate
+  objects, as the coordinator does.
+* The Iceberg executor after a commit whose outcome is unknown (``IcebergExecutor._commit`` of
+  :mod:`lakewrap.substrates.iceberg.commit`): it looks the attempt's commit id up in the table's
+  history (:func:`lakewrap.substrates.iceberg.summary.committed_snapshots`), records a commit that
+  landed once, retries one that did not land (``CommitStateUnknownException``, ``OSError``), and
+  fails on any other error without retrying; an error after which pyiceberg guarantees nothing
+  landed is not looked up.
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ import pyarrow as pa
 import pytest
 
 from lakeproject import cli
+from lakewrap import outcome
 from lakewrap.execute.executor import Result
 from lakewrap.execute.iceberg import IcebergLake
-from lakewrap.execute.iceberg_commit import committed_snapshots, definitely_not_committed
 from lakewrap.execute.lake import Lake
-from lakewrap.iceberg_run import run_iceberg_project
-from lakewrap.iceberg_state import materializations
-from lakewrap.outcome import resolve, resolve_iceberg
+from lakewrap.runner import run_project
+from lakewrap.substrates.iceberg.commit import definitely_not_committed
+from lakewrap.substrates.iceberg.state import materializations
+from lakewrap.substrates.iceberg.summary import committed_snapshots
+from lakewrap.substrates.registry import get
 
 DAYS = ["2024-01-01", "2024-01-02"]
 NOW = "2024-01-06T00:00:00+00:00"
@@ -51,13 +58,23 @@ def write(root: Path, models: dict[str, str], toml: str | None = None) -> Path:
     return root
 
 
+def resolve(lake: Lake, con: Any, run_id: str, result: Result) -> Result:
+    """The coordinator's look-up on DuckLake (``con`` None: the look-up opens its own connection)."""
+    return get("ducklake").resolve_outcome(lake, con, run_id, result)
+
+
+def resolve_iceberg(lake: IcebergLake, run_id: str, result: Result) -> Result:
+    """The coordinator's look-up on Iceberg (write path pyiceberg: it reads no connection)."""
+    return get("iceberg").resolve_outcome(lake, None, run_id, result)
+
+
 def failed(target: str, partition: str | None, *, status: str = "failed", attempts: int = 2) -> Result:
     return Result(model="m.sql", target=target, partition=partition, strategy="delete+insert",
                   status=status, attempts=attempts, error="connection lost\nsecond line", error_class="OSError",
                   attempt_errors=[{"attempt": 1, "error": "a"}, {"attempt": 2, "error": "b"}])  # type: ignore[arg-type]
 
 
-# --- DuckLake: outcome.resolve --------------------------------------------------------------------
+# --- DuckLake: the substrate's resolve_outcome ----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -123,16 +140,14 @@ def test_a_step_whose_commit_landed_is_the_success_the_lake_records(ducklake: An
 
 
 def test_a_landed_later_attempt_keeps_the_earlier_failures(ducklake: Any) -> None:
-    from lakewrap.outcome import _landed
-
     result = failed("main.events", DAYS[0], attempts=3)
     result.attempt_errors.append({"attempt": 3, "error": "c"})
     result.error = None
-    got = _landed(result, (4, None, "2"), "17", "2")
+    got = outcome.landed(result, (4, None, "2"), "17", "2")
     assert got.attempts == 2 and got.attempt_errors == [{"attempt": 1, "error": "a"}]
     assert (got.rows_inserted, got.rows_updated, got.rows_deleted, got.snapshot_id) == (4, 0, 2, 17)
     assert got.warnings == ["the step reported OSError, but the lake holds its commit: recorded as success"]
-    kept = _landed(failed("t", None, attempts=5), (0, 0, 0), None)
+    kept = outcome.landed(failed("t", None, attempts=5), (0, 0, 0), None)
     assert kept.attempts == 5 and kept.snapshot_id is None and kept.status == "success"
 
 
@@ -180,7 +195,7 @@ def test_a_look_up_on_a_connection_without_the_lake_warns_with_the_errors_first_
     assert "Catalog Error" in warning and "materializations" in warning and "\n" not in warning, warning
 
 
-# --- Iceberg: outcome.resolve_iceberg and the executor's look-up -----------------------------------
+# --- Iceberg: the substrate's resolve_outcome and the executor's look-up --------------------------
 
 UTC = timezone.utc
 SCHEMA = pa.schema([("id", pa.int32()), ("v", pa.int32()), ("ts", pa.timestamp("us", tz="UTC"))])
@@ -207,7 +222,7 @@ def rows_of(lake: IcebergLake, name: str) -> int:
 
 
 def test_resolve_iceberg_finds_the_runs_commit_of_the_steps_partition(iceberg: IcebergLake) -> None:
-    report = run_iceberg_project(iceberg.root, partition="2024-01-02", now=INOW)
+    report = run_project(iceberg.root, partition="2024-01-02", now=INOW)
     assert report.ok, [r.error for r in report.results]
     by_target = {r.target: r for r in report.results}
     for target, partition in (("out.ap", None), ("out.di", "2024-01-02")):
@@ -272,7 +287,7 @@ def log_of(lake: IcebergLake, run_id: str) -> str:
 
 
 def first_run(lake: IcebergLake) -> None:
-    assert run_iceberg_project(lake.root, ["out.ap"], now=INOW).ok  # the table exists: later commits are plain
+    assert run_project(lake.root, ["out.ap"], now=INOW).ok  # the table exists: later commits are plain
 
 
 @pytest.mark.parametrize("landed", [True, False])
@@ -285,7 +300,7 @@ def test_an_unknown_outcome_is_looked_up_and_applied_once(kind: str, landed: boo
     message = "lost the response\nthe server said: 503"
     exc = CommitStateUnknownException(message) if kind != "OSError" else ConnectionResetError(message)
     calls = unknown_after(monkeypatch, exc, landed=landed)
-    report = run_iceberg_project(iceberg.root, ["out.ap"], now=INOW)
+    report = run_project(iceberg.root, ["out.ap"], now=INOW)
     (result,) = report.results
     assert result.status == "success" and result.error is None, result.error
     assert result.attempts == (1 if landed else 2) == len(calls)
@@ -295,12 +310,13 @@ def test_an_unknown_outcome_is_looked_up_and_applied_once(kind: str, landed: boo
     log = log_of(iceberg, report.run_id)
     assert f"commit outcome unknown ({type(exc).__name__}); looking up commit" in log
     assert ("found in the table's history: it landed" in log) == landed
-    if not landed:  # the retry's note names the error's first line
-        assert ("attempt 1 did not commit (CommitUnknown); retrying in" in log
+    if not landed:  # retried as CommitUnknown, and the retry's note names the error's first line
+        assert [a["error_class"] for a in result.attempt_errors] == ["CommitUnknown"], result.attempt_errors
+        assert ("attempt 1 conflicted; retrying in" in log
                 and "it is not in the table's history: lost the response\n" in log), log
 
 
-def test_a_look_up_that_cannot_read_the_table_counts_as_not_landed(iceberg: IcebergLake,
+def test_a_look_up_that_cannot_read_the_table_counts_as_notlanded(iceberg: IcebergLake,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The commit's outcome is unknown and the catalog does not answer the look-up either: the
     attempt is taken as not landed (CommitUnknown, retried), never as committed."""
@@ -327,7 +343,7 @@ def test_a_look_up_that_cannot_read_the_table_counts_as_not_landed(iceberg: Iceb
     noted = StatementLog.note
     monkeypatch.setattr(IcebergLake, "load", load)
     monkeypatch.setattr(StatementLog, "note", note)
-    report = run_iceberg_project(iceberg.root, ["out.ap"], now=INOW)
+    report = run_project(iceberg.root, ["out.ap"], now=INOW)
     (result,) = report.results
     assert result.status == "success" and result.attempts == 2, (result.status, result.error, result.warnings)
     assert rows_of(iceberg, "out.ap") == 8 and result.rows_inserted == 4
@@ -338,7 +354,7 @@ def test_another_error_of_an_unknown_outcome_that_did_not_land_fails_without_a_r
         iceberg: IcebergLake, monkeypatch: pytest.MonkeyPatch) -> None:
     first_run(iceberg)
     calls = unknown_after(monkeypatch, RuntimeError("the catalog said something odd"), landed=False)
-    report = run_iceberg_project(iceberg.root, ["out.ap"], now=INOW)
+    report = run_project(iceberg.root, ["out.ap"], now=INOW)
     (result,) = report.results
     assert result.status == "failed" and "the catalog said something odd" in (result.error or "")
     assert result.error_class == "RuntimeError" and len(calls) == 1 and rows_of(iceberg, "out.ap") == 4
@@ -351,11 +367,12 @@ def test_an_error_that_guarantees_nothing_landed_is_not_looked_up(iceberg: Icebe
 
     first_run(iceberg)
     calls = unknown_after(monkeypatch, CommitFailedException("conflict"), landed=False)
-    report = run_iceberg_project(iceberg.root, ["out.ap"], now=INOW)
+    report = run_project(iceberg.root, ["out.ap"], now=INOW)
     (result,) = report.results
     assert result.status == "success" and result.attempts == 2 == len(calls) and rows_of(iceberg, "out.ap") == 8
     log = log_of(iceberg, report.run_id)
-    assert "looking up commit" not in log and "attempt 1 did not commit (CommitFailedException)" in log
+    assert "looking up commit" not in log and "attempt 1 conflicted; retrying in" in log
+    assert [a["error_class"] for a in result.attempt_errors] == ["CommitFailedException"]
 
 
 def test_which_errors_guarantee_the_commit_did_not_land() -> None:
@@ -374,8 +391,8 @@ def test_which_errors_guarantee_the_commit_did_not_land() -> None:
 
 def test_a_commits_snapshots_are_found_oldest_first(iceberg: IcebergLake) -> None:
     """A partition overwrite commits a delete and an append snapshot under one commit id."""
-    assert run_iceberg_project(iceberg.root, ["out.di"], partition="2024-01-02", now=INOW).ok
-    assert run_iceberg_project(iceberg.root, ["out.di"], partition="2024-01-02", now=INOW).ok
+    assert run_project(iceberg.root, ["out.di"], partition="2024-01-02", now=INOW).ok
+    assert run_project(iceberg.root, ["out.di"], partition="2024-01-02", now=INOW).ok
     table = iceberg.load("out.di")
     ids = [s.summary.additional_properties["lakewrap.commit_id"] for s in table.snapshots()]
     last = ids[-1]

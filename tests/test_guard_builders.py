@@ -1,10 +1,11 @@
 """The guard statements, built and run (fast: the mutation target ``guards``).
 
 The builders of ``compilers/sql.py`` are rendered and executed on an in-memory DuckDB; the guards
-the compiler puts in a plan (rows outside the partition window or with a NULL key, duplicate
-``unique_key`` values, SCD2 versions without a timestamp) are compiled from real models and run
-against a stage table holding rows each guard must refuse, or let pass: a guard raises
-``lakewrap guard: ...`` exactly when a refused row is there, and its message counts them.
+the compiler puts in a plan (``compilers/blocks.py``: rows outside the partition window or with a
+NULL key, duplicate ``unique_key`` values; ``compilers/strategies.py``: SCD2 versions without a
+timestamp) are compiled from real models and run against a stage table holding rows each guard
+must refuse, or let pass: a guard raises ``lakewrap guard: ...`` exactly when a refused row is
+there, and its message counts them.
 """
 
 from __future__ import annotations

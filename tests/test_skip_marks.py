@@ -2,12 +2,14 @@
 mutation target ``skip-rules``).
 
 ``tests/test_skip_rules.py`` proves end to end that re-runs equal one backfill; this file calls
-:func:`lakewrap.skips.mark` itself with the scheduler's real steps (``build_steps``) and the real
-``sql_sha256`` of each model, and checks which step is skipped with which reason: only partitions
-whose latest record has the model's SQL (never every partition once one exists), only the resumed
-run's own commits on ``resume``, never a step whose dependency runs or whose upstream changed, and
-no recorded append partition appended twice unless ``--reappend`` / ``--full-refresh`` (and then
-still not twice by one run).
+:func:`lakewrap.skips.mark` itself with the scheduler's real steps (``build_steps``), the real
+``sql_sha256`` of each model (planned by the substrate's ``plan_step``, as the scheduler does) and
+DuckLake's records of the lake (``Substrate.step_records``: the ``Records`` of
+:mod:`lakewrap.substrates.ducklake.run`), and checks which step is skipped with which reason: only
+partitions whose latest record has the model's SQL (never every partition once one exists), only
+the resumed run's own commits on ``resume``, never a step whose dependency runs or whose upstream
+changed, and no recorded append partition appended twice unless ``--reappend`` / ``--full-refresh``
+(and then still not twice by one run).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from lakeproject import cli
 from lakewrap import skips
 from lakewrap.compile import compile_plan, load_project
 from lakewrap.execute.lake import Lake
-from lakewrap.runner import plan_model
 from lakewrap.scheduler import RunOptions, Step, build_steps
+from lakewrap.substrates.protocol import StepRecords
+from lakewrap.substrates.registry import get
 
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
 NOW = "2024-01-06T00:00:00+00:00"
@@ -56,6 +59,11 @@ def build(root: Path) -> Path:
             *args, "--project", str(root))
         assert code == 0, out + err
     return root
+
+
+def records(root: Path, con: Any) -> StepRecords:
+    """What the scheduler hands :func:`lakewrap.skips.mark`: the DuckLake substrate's records, read on ``con``."""
+    return get("ducklake").step_records(Lake.open(root), con)
 
 
 def connected(root: Path) -> Iterator[tuple[Path, Any, str]]:
@@ -97,9 +105,9 @@ def marked(root: Path, con: Any, targets: list[str], days: list[str], *, run_id:
     def sha_of(spec: Any, partition: str | None) -> str | None:
         if sha is not None and spec.target.key in sha:
             return sha[spec.target.key]
-        return compile_plan(plan_model(con, spec, partition, now)).sql_sha256
+        return compile_plan(get("ducklake").plan_step(Lake.open(root), con, spec, partition, now)).sql_sha256
 
-    skips.mark(steps, selected, project, con, Lake.open(root).alias, run_id=run_id, resuming=resuming,
+    skips.mark(steps, selected, project, records(root, con), run_id=run_id, resuming=resuming,
                missing_only=missing_only, reappend=reappend, full_refresh=full_refresh, sha_of=sha_of)
     out = {}
     for s in steps:
@@ -195,9 +203,9 @@ def test_a_recorded_append_partition_is_not_appended_again(lake: tuple[Path, Any
 
 def test_the_recorded_append_partitions_are_read_from_the_lake(lake: tuple[Path, Any, str]) -> None:
     root, con, run_id = lake
-    assert skips.ducklake_appended(con, Lake.open(root).alias, "app.log") == {d: {run_id} for d in DAYS[:2]}
-    assert skips.ducklake_appended(con, Lake.open(root).alias, "app.all") == {}  # recorded, no partition
-    assert skips.ducklake_appended(con, Lake.open(root).alias, "app.none") == {}
+    assert records(root, con).appended("app.log") == {d: {run_id} for d in DAYS[:2]}
+    assert records(root, con).appended("app.all") == {}  # recorded, no partition
+    assert records(root, con).appended("app.none") == {}
 
 
 def test_appended_partitions_count_since_the_last_full_refresh() -> None:
@@ -229,4 +237,4 @@ def test_a_full_refresh_recorded_in_the_lake_forgets_the_partitions_before_it(tm
         runs = [r[0] for r in con.execute("SELECT run_id FROM lakewrap.materializations WHERE target = 'app.log' "
                                           "ORDER BY committed_at").fetchall()]
         assert len(runs) == 3 and runs[0] == runs[1] != runs[2]
-        assert skips.ducklake_appended(con, Lake.open(root).alias, "app.log") == {DAYS[0]: {runs[2]}}
+        assert records(root, con).appended("app.log") == {DAYS[0]: {runs[2]}}

@@ -49,24 +49,31 @@ class Target:
     only: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-GUARD_BUILDERS = ("Compiler.window_condition", "Compiler.guard_window", "Compiler.guard_keys",
-                  "Compiler.snapshot_guards")
+BLOCKS, STRATEGIES = "compilers/blocks.py", "compilers/strategies.py"
+SUBSTRATES = "src/lakewrap/substrates"
+DUCKLAKE_RUN, ICEBERG_RUN = f"{SUBSTRATES}/ducklake/run.py", f"{SUBSTRATES}/iceberg/run.py"
+ICEBERG_COMMIT, ICEBERG_SUMMARY = f"{SUBSTRATES}/iceberg/commit.py", f"{SUBSTRATES}/iceberg/summary.py"
 TARGETS: dict[str, Target] = {
     "retry": Target(("src/lakewrap/execute/retry.py",), ("tests/test_retry_classification.py",)),
     "partitions": Target(("src/lakewrap/partitions.py",),
                          ("tests/test_partition_edges.py", "tests/test_partitions.py")),
     # the guard statements (window, NULL and duplicate keys): compilers/sql.py's builders, and the
-    # functions of compilers/base.py that put them together
-    "guards": Target(("compilers/sql.py", "compilers/base.py"), ("tests/test_guard_builders.py",),
-                     {"compilers/base.py": GUARD_BUILDERS}),
+    # compiler's functions that put them together (blocks.py; the SCD2 snapshot's in strategies.py)
+    "guards": Target(("compilers/sql.py", BLOCKS, STRATEGIES), ("tests/test_guard_builders.py",),
+                     {BLOCKS: ("Blocks.window_condition", "Blocks.guard_window", "Blocks.guard_keys"),
+                      STRATEGIES: ("Strategies.snapshot_guards",)}),
     "redaction": Target(("src/lakewrap/redact.py",), ("tests/test_redaction_rules.py",)),
-    "skip-rules": Target(("src/lakewrap/skips.py",), ("tests/test_skip_marks.py",)),
-    # the coordinator's look-up (outcome.py) and the executor's look-up after an unknown Iceberg commit
-    "commit-lookup": Target(("src/lakewrap/outcome.py", "src/lakewrap/execute/iceberg_commit.py"),
+    # the skip rules (skips.py) and the DuckLake records they read (Substrate.step_records)
+    "skip-rules": Target(("src/lakewrap/skips.py", DUCKLAKE_RUN), ("tests/test_skip_marks.py",),
+                         {DUCKLAKE_RUN: ("Records",)}),
+    # the coordinator's look-up (outcome.py's shared rules, each substrate's resolve_outcome) and the
+    # executor's look-up after an unknown Iceberg commit
+    "commit-lookup": Target(("src/lakewrap/outcome.py", DUCKLAKE_RUN, ICEBERG_RUN, ICEBERG_COMMIT, ICEBERG_SUMMARY),
                             ("tests/test_commit_lookup.py",),
-                            {"src/lakewrap/execute/iceberg_commit.py": (
-                                "IcebergExecutor._commit/try", "IcebergExecutor._landed", "definitely_not_committed",
-                                "committed_snapshots")}),
+                            {DUCKLAKE_RUN: ("resolve_outcome",), ICEBERG_RUN: ("resolve_outcome",),
+                             ICEBERG_COMMIT: ("IcebergExecutor._commit/try", "IcebergExecutor._landed",
+                                              "definitely_not_committed"),
+                             ICEBERG_SUMMARY: ("committed_snapshots",)}),
 }
 
 
@@ -78,6 +85,17 @@ _MARKERS = ("Transaction conflict", "Failed to commit DuckLake transaction", "da
 _CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "PGPASSWORD",
                 "LAKEWRAP_ICEBERG_TOKEN")
 RETRY, REDACT, SKIPS = "src/lakewrap/execute/retry.py", "src/lakewrap/redact.py", "src/lakewrap/skips.py"
+# the errors after which pyiceberg guarantees nothing landed (definitely_not_committed), and those
+# after which a commit not found in the table's history is retried (IcebergExecutor._commit)
+_NOT_COMMITTED = ("CommitFailedException", "ValidationException", "TableAlreadyExistsError", "ValueError")
+_UNKNOWN = ("CommitStateUnknownException", "OSError")
+
+
+def _dropped(names: tuple[str, ...], left_out: str) -> str:
+    kept = [n for n in names if n != left_out]
+    return f"({', '.join(kept)}{',' if len(kept) == 1 else ''})"
+
+
 HAND: dict[str, tuple[tuple[str, str, str], ...]] = {
     "retry": tuple((RETRY, f'    "{m}",', "") for m in _MARKERS),
     "redaction": (
@@ -93,11 +111,16 @@ HAND: dict[str, tuple[tuple[str, str, str], ...]] = {
         (SKIPS, "if sha is not None and rec is not None and rec[0] == sha and (not resuming or rec[1] == run_id):",
          "if sha is not None:"),
         (SKIPS, "(not resuming or rec[1] == run_id)", "True"),  # resume skips another run's commits
-        (SKIPS, "_drop_stale(candidates, by_target, selected, project, con, alias)", "pass"),  # upstream changes
+        (SKIPS, "_drop_stale(candidates, by_target, selected, project, records)", "pass"),  # upstream changes
         (SKIPS, "forced = any(d not in skip for d in s.deps)", "forced = False"),  # a dependency that runs
         (SKIPS, "return not reappend or run_id in present[partition]", "return not reappend"),  # a resume's own
         (SKIPS, "        if refresh:\n            present = {}\n", ""),  # records before a full refresh count
-        (SKIPS, 'r[1] in ("true", True)', 'r[1] in (True,)'),
+        (DUCKLAKE_RUN, 'r[1] in ("true", True)', 'r[1] in (True,)'),  # the full-refresh flag of DuckLake's records
+    ),
+    "commit-lookup": (
+        *((ICEBERG_COMMIT, _dropped(_NOT_COMMITTED, ""), _dropped(_NOT_COMMITTED, n)) for n in _NOT_COMMITTED),
+        *((ICEBERG_COMMIT, f"isinstance(exc, {_dropped(_UNKNOWN, '')})", f"isinstance(exc, {_dropped(_UNKNOWN, n)})")
+          for n in _UNKNOWN),
     ),
 }
 
@@ -129,6 +152,23 @@ def line_ranges(module: Path, names: tuple[str, ...]) -> list[tuple[int, int]]:
             raise SystemExit(f"{module}: {base} has no {part}")
         out += [(n.lineno, n.end_lineno or n.lineno) for n in nodes]  # type: ignore[attr-defined]
     return out
+
+
+def check(name: str, target: Target, root: Path = ROOT) -> None:
+    """Refuse a target that no longer fits the code (a module moved, a function renamed, a hand
+    mutant's text changed): every module and test file exists, every ``only`` function is found and
+    every text of ``HAND[name]`` occurs exactly once in its module. Raises ``SystemExit``."""
+    for rel in (*target.modules, *target.tests, *(m for m, _, _ in HAND.get(name, ()))):
+        if not (root / rel).is_file():
+            raise SystemExit(f"{name}: {rel} does not exist")
+    for module, names in target.only.items():
+        if module not in target.modules:
+            raise SystemExit(f"{name}: {module} is restricted but not mutated")
+        line_ranges(root / module, names)
+    for module, old, _ in HAND.get(name, ()):
+        n = (root / module).read_text().count(old)
+        if n != 1:
+            raise SystemExit(f"{name}: hand mutant {old!r} occurs {n} times in {module}, not once")
 
 
 def restrict(session: Path, scratch: Path, target: Target) -> None:
@@ -168,6 +208,7 @@ def copy_tree(dest: Path) -> None:
 
 def run(name: str, target: Target, timeout: float, count_only: bool = False) -> list[dict[str, object]]:
     """Mutate ``target`` in a scratch copy; the survivors (each with its diff)."""
+    check(name, target)
     scratch = Path(tempfile.mkdtemp(prefix=f"lakewrap-mutation-{name}-"))
     try:
         copy_tree(scratch)
@@ -230,6 +271,7 @@ def run(name: str, target: Target, timeout: float, count_only: bool = False) -> 
 def hand(name: str, target: Target) -> list[tuple[str, str, str]]:
     """Apply each of ``HAND[name]`` alone to a scratch copy and run the target's tests: the ones
     that survive (module, text, replacement)."""
+    check(name, target)  # every text found before the first mutant runs
     survivors = []
     for module, old, new in HAND.get(name, ()):
         scratch = Path(tempfile.mkdtemp(prefix=f"lakewrap-hand-{name}-"))
@@ -237,7 +279,7 @@ def hand(name: str, target: Target) -> list[tuple[str, str, str]]:
             copy_tree(scratch)
             path = scratch / module
             text = path.read_text()
-            if text.count(old) != 1:
+            if text.count(old) != 1:  # (check() looked in the working tree; this is the copy)
                 raise SystemExit(f"{module}: {old!r} occurs {text.count(old)} times, not once")
             path.write_text(text.replace(old, new))
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scratch / "src"), str(scratch / "tools")])}
@@ -264,7 +306,8 @@ def pending(session: Path) -> list[object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="*", help=f"some of: {', '.join(TARGETS)} (default: all)")
-    parser.add_argument("--list", action="store_true", help="list the targets, their code and their tests")
+    parser.add_argument("--list", action="store_true",
+                        help="list the targets, their code and their tests (and check that they fit the code)")
     parser.add_argument("--count", action="store_true", help="only count each target's mutants")
     parser.add_argument("--hand", action="store_true",
                         help="run the hand-made mutants (HAND: a safety tuple's element dropped, a rule widened)")
@@ -272,8 +315,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.list:
         for name, t in TARGETS.items():
+            check(name, t)
             code = [f"{m} ({', '.join(t.only[m])})" if m in t.only else m for m in t.modules]
-            print(f"{name}: {'; '.join(code)} <- {' '.join(t.tests)}")
+            print(f"{name}: {'; '.join(code)} <- {' '.join(t.tests)}; {len(HAND.get(name, ()))} hand mutants")
         return
     unknown = [t for t in args.targets if t not in TARGETS]
     if unknown:
