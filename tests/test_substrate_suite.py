@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from lakewrap import frozen
 from lakewrap.compile import compile_project
 from lakewrap.config import load_config
 from lakewrap.errors import LakewrapError
@@ -98,7 +99,8 @@ def memory_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
     added = [p for p in (str(site), tests) if p not in sys.path]
     sys.path[:0] = added
 
-    def clear() -> None:
+    def clear() -> None:  # everything that remembers which substrates there are
+        frozen._ADAPTERS.clear()  # ProjectConfig's validator: its [lake] union is the registry's
         registry._table.cache_clear()
         registry.get.cache_clear()
         registry.of_plan.cache_clear()
@@ -145,12 +147,13 @@ def normal(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
                   for v in r) for r in rows]
 
 
-def run_days(root: Path, run_id: str) -> Any:
-    report = None
+def run_days(root: Path, run_id: str) -> list[Any]:
+    reports = []
     for day in DAYS:
         report = run_project(root, partition=day, now=NOW, run_id=f"{run_id}-{day}")
         assert report.status == "success", [(r.target, r.error) for r in report.results]
-    return report
+        reports.append(report)
+    return reports
 
 
 def test_the_same_project_runs_the_same_on_every_substrate(project: tuple[str, Path]) -> None:
@@ -168,7 +171,9 @@ def test_the_same_project_runs_the_same_on_every_substrate(project: tuple[str, P
 
     seeded = seed_project(root, run_id="seed")
     assert seeded.status == "success", [r.error for r in seeded.results]
-    run_days(root, "first")
+    reports = run_days(root, "first")
+    # what ran is what compiled
+    assert {r.target: r.sql_sha256 for r in reports[0].results} == {p.target: p.sql_sha256 for p in plans}
     first = contents(root)
     until = "2024-01-03 00:00:00"
     for target, rows in first.items():
@@ -205,6 +210,7 @@ def test_the_same_project_runs_the_same_on_every_substrate(project: tuple[str, P
 def test_a_view_is_refused_before_anything_is_written_where_capabilities_say_so(
         project: tuple[str, Path]) -> None:
     name, root = project
+    assert registry.resolve(load_config(root).lake).name == name
     (root / "models/sales/recent.sql").write_text("-- materialized view\nSELECT order_id FROM raw.orders\n")
     substrate = registry.resolve(load_config(root).lake)
     if substrate.capabilities.supports_views:
