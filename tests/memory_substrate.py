@@ -46,6 +46,7 @@ from lakewrap.errors import UnsupportedError
 from lakewrap.execute import checks
 from lakewrap.execute.executor import Job, Materializer, Result, Tally, emptied
 from lakewrap.execute.log import StatementLog
+from lakewrap.execute.retry import is_retryable
 from lakewrap.outcome import landed, needs_lookup, unanswered
 from lakewrap.plan import Param, Plan
 from lakewrap.provenance import Materialization
@@ -211,6 +212,13 @@ class MemoryMaterializer(Materializer):
             log.run(con, ROLLBACK)
         except Exception as exc:  # no transaction open
             log.note(f"rollback: {exc}")
+
+    def retryable(self, exc: BaseException) -> bool:
+        """DuckDB's optimistic conflicts (two first runs creating one schema, two writers of one
+        table) are cured by running the whole transaction again."""
+        import duckdb
+
+        return is_retryable(exc) or (isinstance(exc, duckdb.TransactionException) and "conflict" in str(exc))
 
     def attempt(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int) -> None:
         compiled = job.compiled
