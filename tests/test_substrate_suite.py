@@ -28,7 +28,7 @@ from lakewrap import frozen
 from lakewrap.compile import compile_project
 from lakewrap.config import load_config
 from lakewrap.errors import LakewrapError
-from lakewrap.inspect import query
+from lakewrap.inspect import query, status
 from lakewrap.runner import run_project, seed_project
 from lakewrap.substrates import registry
 from lakewrap.substrates.protocol import Substrate
@@ -199,6 +199,11 @@ def test_the_same_project_runs_the_same_on_every_substrate(project: tuple[str, P
     assert len(by_step) == 3 * len(DAYS)
     runs = query(root, "SELECT run_id, status FROM lakewrap_runs WHERE run_id LIKE 'first-%' ORDER BY 1").rows
     assert [tuple(r) for r in runs] == [(f"first-{d}", "success") for d in DAYS]
+
+    # `lakewrap status` reads the same records
+    shown = {st.target: (st.partitions, st.last_run) for st in status(root, now=NOW)}
+    assert shown["sales.daily"] == (list(DAYS), f"first-{DAYS[-1]}")
+    assert shown["sales.customers"][1] == f"first-{DAYS[-1]}"
 
     # a second run of the same partition keeps the contents
     again = run_project(root, partition=DAYS[1], now=NOW, run_id="again")
