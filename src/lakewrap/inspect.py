@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap.compile import load_project
-from lakewrap.errors import PlanError
+from lakewrap.errors import PlanError, UnsupportedError
 from lakewrap.execute import sandbox
 from lakewrap.partitions import Grain, latest_complete, parse_partition, partition_range
 from lakewrap.project import require_project
@@ -92,7 +92,12 @@ def status(root: Path, selectors: tuple[str, ...] = (), now: datetime | None = N
         rows = _status(root, project, selectors, now,
                        lambda target: [(m.partition, m.run_id, m.committed_at) for m in read(target)])
     if any(r.last_run for r in rows):
-        _show_stale(rows, sub.stale(root, project, project.select(selectors)))
+        try:
+            found = sub.stale(root, project, project.select(selectors))
+        except UnsupportedError:  # a substrate without a change feed: no stale column
+            found = None
+        if found is not None:
+            _show_stale(rows, found)
     return rows
 
 

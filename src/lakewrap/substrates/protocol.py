@@ -298,8 +298,13 @@ class Substrate:
     def feed(self, lake: Any, con: Any) -> Feed:
         """The change feed of the opened ``lake`` read through ``con`` (a connection of it): the latest
         materialization of each partition, and which of them a change of an upstream table after
-        its pin touched (:class:`lakewrap.stale.Feed`)."""
-        raise NotImplementedError
+        its pin touched (:class:`lakewrap.stale.Feed`). A substrate without one refuses
+        (``run --stale``, ``--missing-only``); ``lakewrap status`` then shows no stale column."""
+        from lakewrap.errors import UnsupportedError
+
+        raise UnsupportedError(f"substrate `{self.name}` has no change feed",
+                               hint="run --stale and --missing-only read the lake's changes through "
+                               "Substrate.feed, which this substrate does not implement")
 
     def stale(self, root: Path, project: Project, selected: Sequence[ModelSpec]) -> dict[str, StaleModel]:
         """The stale partitions of each selected model of the lake at ``root`` (in ``selected``'s DAG
