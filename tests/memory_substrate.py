@@ -74,10 +74,6 @@ class MemoryLakeConfig(SubstrateConfig):
 
     substrate: Literal["memory"] = "memory"
     path: str = ".lakewrap/memory.duckdb"  # the DuckDB file, relative to the project
-    # The scheduler and ``seed`` read ``lake.config.catalog`` to pick how steps share connections
-    # (scheduler.py, workers.py, runner.py); "duckdb" says what this is: one DuckDB file, one
-    # process (threads share its instance; the process and dask executors are refused).
-    catalog: Literal["duckdb"] = "duckdb"
 
 
 class MemoryCompiler(Compiler):
@@ -152,6 +148,8 @@ class MemoryLake:
     """The DuckDB file; each :meth:`connect` is a connection of the process's one instance of it."""
 
     parallel_writers = False  # DuckDB's optimistic transactions conflict on one table; retried anyway
+    one_connection = False  # threads share the process's one instance of the file
+    many_processes = False  # one DuckDB file, one process: the process and dask executors are refused
 
     def __init__(self, root: Path, config: MemoryLakeConfig, read_only: bool) -> None:
         self.root, self._config, self.read_only = root, config, read_only

@@ -101,7 +101,7 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
     folder = root / "target" / "run" / run_id
     seeder = substrate.seeder(lake, run_id, folder)
     con = seeder.connect()
-    log_con = con if lake.config.catalog == "sqlite" else con.cursor()  # a signal interrupts `con` only
+    log_con = con if lake.one_connection else con.cursor()  # a signal interrupts `con` only
     log: RunLog | None = None
     try:
         log = RunLog.open(substrate.runlog(lake, log_con), lake.redact, run_id, "seed", args={"command": "seed"},

@@ -338,12 +338,12 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
     config = load_config(root)
     substrate = substrate_of(config.lake)
     lake = substrate.open(root, config=config)
-    runner = make_runner(opts.executor, prep.workers, lake.config.catalog, opts.scheduler)
+    runner = make_runner(opts.executor, prep.workers, opts.scheduler)
     report = RunReport(run_id=prep.run_id, started_at=prep.now.isoformat() if resume is None
                        else str(resume.get("started_at")))
     folder = root / "target" / "run" / prep.run_id
     with ExitStack() as stack:
-        if runner.kind in ("thread", "callable") and lake.config.catalog != "sqlite":
+        if runner.kind in ("thread", "callable") and not lake.one_connection:
             stack.enter_context(lake.shared())
         con = lake.connect()
         # what the lake already holds: committed steps of this run (resume), the same SQL (missing-only),
@@ -353,7 +353,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         except BaseException:
             lake.close(con)
             raise
-        if lake.config.catalog == "sqlite" and runner.kind not in ("thread", "callable"):
+        if lake.one_connection and runner.kind not in ("thread", "callable"):
             lake.close(con)  # an idle connection share-locks a SQLite catalog: other processes could not commit
             con = None
         else:

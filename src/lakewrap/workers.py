@@ -158,7 +158,7 @@ class ThreadRunner(StepRunner):
 
     def start(self, lake: Any, project: Any, con: Any) -> None:
         self.lake, self.project = lake, project
-        if lake.config.catalog == "sqlite":
+        if lake.one_connection:
             self.workers, self.single = 1, con  # one instance, one connection, one step at a time
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="lakewrap-step")
 
@@ -258,7 +258,7 @@ def worker_task(task: Task) -> Result:
     lake, project = _worker_state(task.root)
     # An idle DuckLake connection keeps a SQLite catalog share-locked, which blocks every other
     # process's commit: on SQLite each task connects and closes again.
-    fresh = lake.config.catalog == "sqlite"
+    fresh = lake.one_connection
     local = _WORKER.setdefault(f"local:{task.root}", threading.local())
     con = None if fresh else getattr(local, "con", None)
     if con is None:
@@ -303,7 +303,7 @@ class ProcessRunner(StepRunner):
         self.pool: Any = None
 
     def start(self, lake: Any, project: Any, con: Any) -> None:
-        if lake.config.catalog == "duckdb":
+        if not lake.many_processes:
             raise ConfigError(
                 "the process executor needs a catalog several processes can open; this lake's is a DuckDB file",
                 location=Location("lakewrap.toml"),
@@ -353,7 +353,7 @@ class DaskRunner(StepRunner):
         self.lock = threading.Lock()
 
     def start(self, lake: Any, project: Any, con: Any) -> None:
-        if lake.config.catalog == "duckdb":
+        if not lake.many_processes:
             raise ConfigError(
                 "the dask executor needs a catalog every worker can open; this lake's is a DuckDB file",
                 location=Location("lakewrap.toml"), hint="use catalog = \"postgres\" (data on S3 for several machines)")
@@ -395,7 +395,7 @@ class DaskRunner(StepRunner):
             self.cluster.close()
 
 
-def make_runner(kind: str | Callable[[Task], Result] | StepRunner, workers: int, catalog: str,
+def make_runner(kind: str | Callable[[Task], Result] | StepRunner, workers: int,
                 scheduler: str | None = None) -> StepRunner:
     """The step runner for ``--executor`` (``auto`` is ``thread``).
 

@@ -63,6 +63,8 @@ class IcebergLake:
     # Several steps may write one table at once: each commit is optimistic (a conflict is refused
     # by the catalog and the whole materialization retried; disjoint partitions rebase in pyiceberg)
     parallel_writers = True
+    one_connection = False  # each connection is a session of its own over the catalog
+    many_processes = True  # every catalog (sql on SQLite, glue, rest) is opened by any process
 
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> IcebergLake:

@@ -50,6 +50,17 @@ class Lake:
     # one writer per table (lakewrap.scheduler): concurrent DuckLake writers of one table only conflict
     parallel_writers = False
 
+    @property
+    def one_connection(self) -> bool:
+        """An idle connection share-locks a SQLite catalog, which blocks every other writer's commit:
+        the run holds one connection at a time, opened where it is used."""
+        return self.config.catalog == "sqlite"
+
+    @property
+    def many_processes(self) -> bool:
+        """Whether processes other than this one can open the catalog (not a DuckDB file)."""
+        return self.config.catalog != "duckdb"
+
     @classmethod
     def open(cls, root: Path, *, config: ProjectConfig | None = None, read_only: bool = False) -> Lake:
         project = config or load_config(root)

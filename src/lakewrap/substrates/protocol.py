@@ -82,6 +82,17 @@ class LakeHandle(Protocol):
     parallel_writers: bool
 
     @property
+    def one_connection(self) -> bool:
+        """Whether the run must hold one connection at a time, opened where it is used (an idle
+        connection would lock the catalog against other writers: DuckLake on SQLite)."""
+        ...
+
+    @property
+    def many_processes(self) -> bool:
+        """Whether other processes can open the lake (the process and Dask executors need it)."""
+        ...
+
+    @property
     def alias(self) -> str: ...
 
     @property
