@@ -42,10 +42,12 @@ def make_lake(root: Path, text: str, rows: list[dict[str, Any]]) -> IcebergLakeh
 
 def state(lake: IcebergLakehouse) -> tuple[Any, ...]:
     """Every table's metadata location and every file of the lake and of its REST server, if any
-    (path, size)."""
+    (path, size). The run log's DuckDB file is left out: it records the refused run, as it must
+    (docs/running.md, "The run log"), and holds no table data."""
     tables = sorted((name, lake.ice.load(name).metadata_location) for name in lake.ice.tables())
     files = sorted((str(p.relative_to(lake.root)), p.stat().st_size)
-                   for folder in (".lakewrap", "rest-server") for p in (lake.root / folder).rglob("*") if p.is_file())
+                   for folder in (".lakewrap", "rest-server") for p in (lake.root / folder).rglob("*")
+                   if p.is_file() and not p.name.startswith("runlog.duckdb"))
     return tuple(tables), tuple(files)
 
 

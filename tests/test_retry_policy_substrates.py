@@ -137,7 +137,7 @@ CONFLICTS = {"ducklake": {"RetryableError"}, "iceberg": {"ValidationException", 
 
 def recorded_runs(root: Path, substrate: str, lake: Any) -> set[str]:
     if substrate != "ducklake":
-        return {m["run_id"] for m in resolve(load_config(root).lake).materializations(lake, "out.di")}
+        return {m.run_id for m in resolve(load_config(root).lake).materializations(lake, "out.di")}
     con = lake.connect()
     try:
         return {r[0] for r in con.execute("SELECT run_id FROM lakewrap.materializations").fetchall()}
