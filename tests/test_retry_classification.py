@@ -20,7 +20,10 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,9 @@ import duckdb
 import pytest
 
 from lakewrap.errors import TransientExecutionError
+from lakewrap.execute import sandbox
 from lakewrap.execute.extensions import connect
+from lakewrap.execute.lake import Lake
 from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable, retrying
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,12 +108,31 @@ def test_a_real_ducklake_commit_conflict_is_retryable(tmp_path: Path) -> None:
     assert is_retryable(caught.value)
 
 
-@pytest.fixture
-def locked_sqlite_catalog(tmp_path: Path) -> Iterator[str]:
-    """A DuckLake on a SQLite catalog, held locked (``BEGIN EXCLUSIVE``) by another process.
+@contextmanager
+def held_locked(catalog: Path) -> Iterator[subprocess.Popen[str]]:
+    """``catalog`` (a SQLite file) held locked (``BEGIN EXCLUSIVE``) by another process until the block
+    ends or the holder's stdin is closed.
 
     Another process, not this one: SQLite's file locks are per process, so a lock taken here would
     not block DuckDB's SQLite in the same process."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys\n"
+         f"s = sqlite3.connect({str(catalog)!r}, isolation_level=None)\n"
+         "s.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        assert holder.stdin is not None
+        if not holder.stdin.closed:
+            holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+@pytest.fixture
+def locked_sqlite_catalog(tmp_path: Path) -> Iterator[str]:
+    """A DuckLake on a SQLite catalog, held locked by another process (``held_locked``)."""
     con = connect(("ducklake", "sqlite_scanner"))
     attach = f"ATTACH 'ducklake:sqlite:{tmp_path}/cat.sqlite' AS lake (DATA_PATH '{tmp_path}/data')"
     try:
@@ -116,18 +140,8 @@ def locked_sqlite_catalog(tmp_path: Path) -> Iterator[str]:
         con.execute("CREATE TABLE lake.t AS SELECT 1 AS a")
     finally:
         con.close()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sqlite3, sys\n"
-         f"s = sqlite3.connect({str(tmp_path / 'cat.sqlite')!r}, isolation_level=None)\n"
-         "s.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.read()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with held_locked(tmp_path / "cat.sqlite"):
         yield attach
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=30)
 
 
 def _error_of(con: Any, statement: str) -> duckdb.Error:
@@ -153,20 +167,45 @@ def test_a_sqlite_catalog_locked_after_attaching_is_retryable(tmp_path: Path) ->
     try:
         con.execute(f"ATTACH 'ducklake:sqlite:{tmp_path}/cat.sqlite' AS lake (DATA_PATH '{tmp_path}/data')")
         con.execute("CREATE TABLE lake.t AS SELECT 1 AS a")
-        holder = subprocess.Popen(
-            [sys.executable, "-c", "import sqlite3, sys\n"
-             f"s = sqlite3.connect({str(tmp_path / 'cat.sqlite')!r}, isolation_level=None)\n"
-             "s.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.read()\n"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with held_locked(tmp_path / "cat.sqlite"):
             read = _error_of(con, "SELECT * FROM lake.t")
-        finally:
-            assert holder.stdin is not None
-            holder.stdin.close()
-            holder.wait(timeout=30)
         assert "Failed to query most recent snapshot" in str(read) and is_retryable(read), read
         assert con.execute("SELECT * FROM lake.t").fetchall() == [(1,)]  # and a retry once the lock is gone works
+    finally:
+        con.close()
+
+
+def test_connecting_waits_out_a_catalog_locked_while_the_sandbox_is_set(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox's SETs read a DuckLake catalog too: a commit of another process that holds a SQLite
+    catalog past SQLite's 5 s busy wait made ``Lake.connect()`` fail (seen in CI with four writers).
+    Here the lock is taken for real, by another process, just before the sandbox is set, and held
+    6 s: connecting waits it out (the wrapper only times the lock; the sandbox code runs unchanged)."""
+    (tmp_path / "lakewrap.toml").write_text('[lake]\ncatalog = "sqlite"\n')
+    lake = Lake.open(tmp_path)
+    lake.connect().close()  # the catalog and lakewrap's state tables exist
+    real_lock, seen = sandbox.lock, []
+
+    def lock_after_another_process_locks_the_catalog(con: Any, *args: Any) -> None:
+        if not seen:
+            with held_locked(lake.config.catalog_path(tmp_path)) as holder:
+                assert holder.stdin is not None
+                threading.Timer(6.0, holder.stdin.close).start()
+                started = time.monotonic()
+                try:
+                    real_lock(con, *args)
+                except duckdb.Error as exc:
+                    seen.append((time.monotonic() - started, exc))
+                    raise
+        real_lock(con, *args)
+
+    monkeypatch.setattr(sandbox, "lock", lock_after_another_process_locks_the_catalog)
+    con = lake.connect()
+    try:
+        assert len(seen) == 1 and "database is locked" in str(seen[0][1]), seen  # the lock was met for real
+        with pytest.raises(duckdb.Error, match="the configuration has been locked"):
+            con.execute("SET enable_external_access = true")  # and the sandbox is set and locked
+        assert con.execute("SELECT count(*) FROM lakewrap.materializations").fetchone() == (0,)
     finally:
         con.close()
 

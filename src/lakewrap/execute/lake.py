@@ -252,7 +252,8 @@ class Lake:
         try:
             if not self.read_only:
                 self.ensure_state(con)
-            sandbox.lock(con, *self.sandbox())  # from here on no setting changes (docs/security.md)
+            # its SETs read the catalog too, which a concurrent commit may hold locked past SQLite's 5 s
+            retrying(lambda: sandbox.lock(con, *self.sandbox()), CONNECT_RETRY)  # then no setting changes
         except Exception:
             self.close(con)
             raise
