@@ -128,8 +128,8 @@ class IcebergCompiler(Compiler):
     def table(self, plan: Plan) -> list[Shape]:
         return [self.stage(plan, self.query(plan))]
 
-    def unstaged(self, plan: Plan) -> exp.Query | None:
-        return None  # the commit appends the staged rows: a windowed write always stages them
+    def direct(self, plan: Plan, query: exp.Query) -> bool:
+        return False  # the commit appends the staged rows: a windowed write always stages them
 
     def delete_insert(self, plan: Plan) -> list[Shape]:
         shapes = self.computing(super().delete_insert(plan))

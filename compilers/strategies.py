@@ -55,14 +55,15 @@ class Strategies(Blocks):
         return [self.setup(plan), Shape("write", node, "view over the SELECT")]
 
     def delete_insert(self, plan: Plan) -> list[Shape]:
-        if (query := self.unstaged(plan)) is not None:
-            shapes = [self.setup(plan), *self.bootstrap(plan, self.empty_of(query.copy()))]
+        query = self.query(plan)
+        if self.direct(plan, query):
+            shapes = [self.setup(plan), *self.bootstrap(plan, self.empty_of(q.kept_copy(query)))]
             delete = exp.Delete(this=self.target(plan), where=exp.Where(this=self.window_condition(plan)))
             shapes.append(Shape("write", delete, "remove the window's current rows"))
             shapes.append(Shape("write", self.insert_by_name(plan, query),
                                 "insert the window's new rows, by column name (the SELECT keeps to the window)"))
             return shapes
-        shapes = self.staged(plan)
+        shapes = self.staged(plan, query, query=query)
         shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
         delete = exp.Delete(this=self.target(plan), where=exp.Where(this=self.window_condition(plan)))
         shapes.append(Shape("write", delete, "remove the window's current rows"))
@@ -72,13 +73,14 @@ class Strategies(Blocks):
         return shapes
 
     def append(self, plan: Plan) -> list[Shape]:
-        query = self.query(plan) if plan.binding is None and not plan.model.columns else self.unstaged(plan)
-        if query is not None:  # unwindowed, or a window the SELECT keeps; a contract needs the staged result
+        query = self.query(plan)
+        # unwindowed, or a window the SELECT keeps; a contract needs the staged result
+        if (plan.binding is None and not plan.model.columns) or self.direct(plan, query):
             shapes = [self.setup(plan)]
-            shapes += self.bootstrap(plan, self.empty_of(query.copy()))
+            shapes += self.bootstrap(plan, self.empty_of(q.kept_copy(query)))
             shapes.append(Shape("write", self.insert_by_name(plan, query), "insert the rows, by column name"))
             return shapes
-        shapes = self.staged(plan)
+        shapes = self.staged(plan, query, query=query)
         shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
         shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star(), copy=False)),
                             "insert the rows, by column name"))
@@ -105,8 +107,9 @@ class Strategies(Blocks):
         else:
             excluded = {c.lower() for c in strategy.exclude_columns} | lowered_keys
             updated = [c for c in columns if c.lower() not in excluded]
-        select = (self.deduped(plan, keys, strategy.dedupe_by) if strategy.dedupe_by else self.query(plan))
-        shapes = self.staged(plan, select)
+        query = self.query(plan)
+        select = self.deduped(query, keys, strategy.dedupe_by) if strategy.dedupe_by else query
+        shapes = self.staged(plan, select, query=query)
         shapes += self.guard_keys(plan, keys, check_duplicates=strategy.dedupe == "error")
         shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
         on = q.keys_equal(keys, TARGET, SOURCE)
@@ -159,16 +162,17 @@ class Strategies(Blocks):
         # writes nothing, and checking every row of the source would cost a second pass over it
         # (at 1M rows, 0.10 s beside the comparison's 0.14 s). Without hard deletes the SELECT is
         # then read once, by the comparison; hard deletes read it twice (which keys left it), so it
-        # is staged, as when the SELECT must be (Compiler.unstaged).
-        direct = self.unstaged(plan) if s.hard_deletes == "ignore" else None
-        if direct is None:
-            shapes = self.staged(plan)  # with a watermark (timestamp, hard_deletes=ignore): only the new rows
+        # is staged, as when the SELECT must be (Compiler.direct).
+        query = self.query(plan)
+        staging = s.hard_deletes != "ignore" or not self.direct(plan, query)
+        if staging:  # with a watermark (timestamp, hard_deletes=ignore): only the new rows
+            shapes = self.staged(plan, query, query=query)
             source: exp.Expr = q.aliased(q.table(None, STAGE), SOURCE)
             result = self.from_stage()
         else:
             shapes = [self.setup(plan)]
-            source = direct.subquery(q.ident(SOURCE), copy=False)
-            result = exp.Select().from_(direct.copy().subquery(q.ident("result"), copy=False), copy=False)
+            source = query.subquery(q.ident(SOURCE), copy=False)
+            result = exp.Select().from_(q.kept_copy(query).subquery(q.ident("result"), copy=False), copy=False)
         if s.strategy == "timestamp":
             assert s.updated_at is not None
             valid_from: exp.Expr = q.col(s.updated_at, SOURCE)
@@ -301,7 +305,7 @@ class Strategies(Blocks):
         shapes.append(self.drop(CHANGES))
         if s.hard_deletes == "new_record":
             shapes.append(self.drop(DELETED))
-        if direct is None:
+        if staging:
             shapes.append(self.drop(STAGE))
         return shapes
 

@@ -136,8 +136,13 @@ def _adapter(cls: type) -> Any:
     return adapter
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON values: records as dicts, tuples as lists, enums as their values, datetimes ISO 8601."""
+    if type(value) in _ATOMS:  # most values: first, by exact type (a str enum is not one)
+        return value
     if isinstance(value, Frozen):
         return value.dump()
     if isinstance(value, (tuple, list)):

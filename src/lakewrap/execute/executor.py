@@ -84,8 +84,8 @@ class StrictRefusal(ExecutionError):
 def emptied(path: str, stage_rows: int | None, inserted: int, deleted: int, strict: bool) -> str | None:
     """The warning when an empty result removed a partition's rows (``--strict``: a refusal).
 
-    The result's size is the staged row count, or for a plan that stages nothing (``Compiler.unstaged``
-    in compilers/base.py) the rows it inserted.
+    The result's size is the staged row count, or for a plan that stages nothing (``Compiler.direct``
+    in compilers/blocks.py) the rows it inserted.
     """
     if (stage_rows if stage_rows is not None else inserted) != 0 or deleted == 0:
         return None
