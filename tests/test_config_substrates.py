@@ -5,13 +5,13 @@ located error naming the key."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import install_dist, site_env
 from lakewrap import config as config_module
 from lakewrap.config import DuckLakeLakeConfig, IcebergLakeConfig, load_config
 from lakewrap.errors import ConfigError
@@ -120,15 +120,11 @@ else:
 def test_a_substrate_added_through_the_entry_point_validates_its_own_keys(tmp_path: Path) -> None:
     """A real installed distribution (a dist-info on sys.path) registers a substrate whose config class
     takes its own [lake] keys, with the same located errors as the built-in ones."""
-    site = tmp_path / "site"
-    dist = site / "lakewrap_memory-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lakewrap-memory\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lakewrap.substrates]\nmemory = lakewrap_memory:Memory\n")
-    (site / "lakewrap_memory.py").write_text(MEMORY)
+    site = install_dist(tmp_path / "site", "lakewrap_memory", "lakewrap.substrates", "memory = lakewrap_memory:Memory",
+                        MEMORY)
     root = tmp_path / "project"
     root.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    env = site_env(site)
 
     def probe(toml: str) -> str:
         (root / "lakewrap.toml").write_text(toml)
@@ -151,16 +147,12 @@ def test_a_substrate_added_through_the_entry_point_validates_its_own_keys(tmp_pa
 
 
 def test_a_broken_substrate_package_names_itself(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    dist = site / "lakewrap_broken-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lakewrap-broken\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lakewrap.substrates]\nbroken = lakewrap_broken:Broken\n")
-    (site / "lakewrap_broken.py").write_text("raise ImportError('no module named lakewrap_broken_dep')\n")
+    site = install_dist(tmp_path / "site", "lakewrap_broken", "lakewrap.substrates", "broken = lakewrap_broken:Broken",
+                        "raise ImportError('no module named lakewrap_broken_dep')\n")
     root = tmp_path / "project"
     root.mkdir()
     (root / "lakewrap.toml").write_text('[lake]\ncatalog = "sqlite"\n')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    env = site_env(site)
     proc = subprocess.run([sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, env=env,
                           check=True)
     assert proc.stdout.startswith("ERROR substrate `broken` failed to load: no module named lakewrap_broken_dep")

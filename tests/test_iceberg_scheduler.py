@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,13 +23,13 @@ from typing import Any
 
 import pytest
 
+from helpers import InterruptAfter
 from lakeproject import cli
 from lakewrap.api import Project
 from lakewrap.config import load_config
 from lakewrap.runner import run_project
 from lakewrap.scheduler import resume
 from lakewrap.substrates import resolve
-from lakewrap.workers import Done, Task, ThreadRunner
 
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
 NOW = "2024-01-06T00:00:00+00:00"
@@ -172,23 +171,6 @@ def test_missing_only_runs_nothing_twice_and_fail_fast_stops(tmp_path: Path, lak
     assert code == 1 and [r["status"] for r in failed["results"]] == ["failed", "skipped", "skipped", "skipped"]
     assert all("--fail-fast" in r["error"] for r in failed["results"][1:])
     check_runlog(root, failed)
-
-
-class InterruptAfter(ThreadRunner):
-    """The real thread runner; when ``n`` steps have finished it sends this process a real SIGINT."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(1)
-        self.n, self.seen = n, 0
-
-    def _run(self, task: Task, done: Done) -> None:
-        def counted(t: Task, r: Any) -> None:
-            done(t, r)
-            self.seen += 1
-            if self.seen == self.n:
-                os.kill(os.getpid(), signal.SIGINT)
-
-        super()._run(task, counted)
 
 
 def test_a_cancelled_run_resumes_to_what_one_backfill_makes(tmp_path: Path, lakes: Lakes) -> None:
