@@ -17,6 +17,8 @@ from lakewrap.config import DuckLakeLakeConfig, IcebergLakeConfig, load_config
 from lakewrap.errors import ConfigError
 from lakewrap.substrates import resolve
 
+DOCS_HINT = "see docs/configuration.md for the keys of [lake], [run], [maintain] and [security]"
+
 
 def lake_of(root: Path, text: str):  # type: ignore[no-untyped-def]
     (root / "lakewrap.toml").write_text(text)
@@ -81,6 +83,20 @@ def test_a_bad_lake_table_is_located_at_its_key(tmp_path: Path, text: str, line:
     assert not (tmp_path / config_module.CONFIG_CACHE).exists()  # nothing written
 
 
+@pytest.mark.parametrize(("text", "rendered"), [
+    ('[lake]\ncatalgo = "sqlite"\n',
+     "lakewrap.toml:2: unknown key `lake.catalgo`\nhint: did you mean `catalog`? " + DOCS_HINT),
+    ('[lake]\nsubstrate = "iceberg"\nwarehous = "w"\n',  # the close match is among the named substrate's keys
+     "lakewrap.toml:3: unknown key `lake.warehous`\nhint: did you mean `warehouse`? " + DOCS_HINT),
+    ('[lake]\nzzzz = 1\n', "lakewrap.toml:2: unknown key `lake.zzzz`\nhint: " + DOCS_HINT),  # nothing close
+])
+def test_an_unknown_lake_key_names_the_file_once_and_the_closest_key(tmp_path: Path, text: str,
+                                                                      rendered: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        lake_of(tmp_path, text)
+    assert info.value.render() == rendered
+
+
 MEMORY = '''
 from typing import Annotated, Literal
 
@@ -135,9 +151,11 @@ def test_a_substrate_added_through_the_entry_point_validates_its_own_keys(tmp_pa
     out = probe('[lake]\nsubstrate = "memory"\ncapacity = 3\n')
     assert out == "LAKE MemoryLakeConfig 3 memory True MemoryLakeConfig", out
     out = probe('[lake]\nsubstrate = "memory"\ncapacity = 0\n')
-    assert out.startswith("ERROR lakewrap.toml:3: lakewrap.toml: lake.capacity: Input should be greater than"), out
+    assert out.startswith("ERROR lakewrap.toml:3: lake.capacity: Input should be greater than"), out
+    out = probe('[lake]\nsubstrate = "memory"\ncapacty = 3\n')  # a key of the package's config class is close
+    assert out.startswith("ERROR lakewrap.toml:3: unknown key `lake.capacty` | hint: did you mean `capacity`?"), out
     out = probe('[lake]\nsubstrate = "memory"\ndata_path = "d"\n')
-    assert 'lakewrap.toml:3: lakewrap.toml: lake: data_path does not apply to substrate = "memory"' in out, out
+    assert 'lakewrap.toml:3: lake: data_path does not apply to substrate = "memory"' in out, out
     out = probe('[lake]\nsubstrate = "memroy"\n')
     assert "no substrate `memroy`" in out and "did you mean `memory`?" in out, out
     assert "`ducklake`, `iceberg`, `memory`" in out
