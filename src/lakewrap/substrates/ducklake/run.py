@@ -115,7 +115,7 @@ class Records:
     def appended(self, target: str) -> dict[str, set[str]]:
         """:func:`lakewrap.skips.appended`: the records joined to the snapshots that committed them."""
         rows = self.con.execute(stmts.append_records(self.alias), {"target": target}).fetchall()
-        return appended((r[0], r[1] in ("true", True), r[2]) for r in rows)
+        return appended((r[0], r[1] == "true", r[2]) for r in rows)  # json_extract_string: text or NULL
 
     def stale(self, project: Project, chosen: Sequence[ModelSpec]) -> dict[str, StaleModel]:
         from lakewrap.substrates.ducklake.feed import detect
