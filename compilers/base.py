@@ -16,19 +16,7 @@ from sqlglot import exp
 from lakewrap.compilers import checks, schema
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Effect, SchemaCheck, Window
-from lakewrap.compilers.shape import (
-    CHANGES,
-    DELETED,
-    SOURCE,
-    TARGET,
-    VALID_FROM,
-    WINDOW_BOUNDS,
-    Capabilities,
-    Shape,
-    naive_bounds,
-    stages_result,
-    window_bound,
-)
+from lakewrap.compilers.shape import Capabilities, Shape, stages_result
 from lakewrap.compilers.strategies import Strategies
 from lakewrap.plan import Plan
 from lakewrap.spec import (
@@ -42,8 +30,7 @@ from lakewrap.spec import (
 )
 from lakewrap.sqltext import parameters
 
-__all__ = ["CHANGES", "DELETED", "SOURCE", "TARGET", "VALID_FROM", "WINDOW_BOUNDS", "Capabilities", "Compiler",
-           "Shape", "naive_bounds", "stages_result", "window_bound"]
+__all__ = ["Capabilities", "Compiler"]  # Capabilities (compilers/shape.py) with the compiler it configures
 
 _EFFECTS: dict[type, Effect] = {exp.Insert: "insert", exp.Delete: "delete", exp.Update: "update", exp.Merge: "merge"}
 

@@ -32,8 +32,9 @@ from sqlglot import exp
 
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import STAGE, CommitOp, CompiledPlan
-from lakewrap.compilers.base import CHANGES, DELETED, SOURCE, TARGET, VALID_FROM, Capabilities, Compiler, Shape
+from lakewrap.compilers.base import Compiler
 from lakewrap.compilers.schema import DECIMAL, Changes
+from lakewrap.compilers.shape import CHANGES, DELETED, SOURCE, TARGET, VALID_FROM, Capabilities, Shape
 from lakewrap.errors import Location, UnsupportedError
 from lakewrap.plan import Plan
 from lakewrap.spec import MergeStrategy, SnapshotStrategy, TimePartitioning

@@ -36,8 +36,9 @@ from typing import Any
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.base import Capabilities, Compiler, Shape
+from lakewrap.compilers.base import Compiler
 from lakewrap.compilers.iceberg import TRANSFORMS
+from lakewrap.compilers.shape import Capabilities, Shape
 from lakewrap.errors import Location, UnsupportedError
 from lakewrap.plan import Plan
 from lakewrap.spec import TimePartitioning

@@ -30,10 +30,6 @@ def load_extension(path_or_name: str, *, is_path: bool) -> str:
     return q.render(q.command("LOAD", arg))
 
 
-def install_extension(name: str) -> str:
-    return q.render(q.command("INSTALL", name))
-
-
 def attach_ducklake(catalog: str, alias: str, data_path: str, options: dict[str, int | str | bool]) -> str:
     """``ATTACH 'ducklake:<catalog>' AS alias (DATA_PATH '...', ...)``."""
     opts: list[tuple[str, exp.Expr]] = [("DATA_PATH", exp.Literal.string(data_path))]

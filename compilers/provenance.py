@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import STAGE, CompiledStatement
-from lakewrap.compilers.base import window_bound
+from lakewrap.compilers.shape import window_bound
 
 # The in-memory database ``lakewrap reproduce`` attaches and writes its copy of the target into.
 SCRATCH = "lakewrap_scratch"

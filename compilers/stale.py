@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.base import naive_bounds
+from lakewrap.compilers.shape import naive_bounds
 
 WINDOW_PARAMS = {"partition_start": "window_start", "partition_end": "window_end",
                  "partition_value": "partition_value"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,17 @@ def ducklake(tmp_path: Path) -> Iterator[object]:
         yield con
     finally:
         con.close()
+
+
+@pytest.fixture
+def inspector() -> Iterator[Any]:
+    """A :class:`lakeproject.Inspector` whose session renders TIMESTAMPTZ values in UTC (set before any
+    ``state()``). A test file that wants another defines its own ``inspector``."""
+    from lakeproject import Inspector
+
+    ins = Inspector()
+    ins.con.execute("SET TimeZone = 'UTC'")
+    try:
+        yield ins
+    finally:
+        ins.close()

@@ -38,9 +38,7 @@ from typing import Any, Literal
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.compilers.base import Capabilities, Compiler
-from lakewrap.compilers.lake import seed_table
 from lakewrap.config import ProjectConfig, SubstrateConfig, load_config
 from lakewrap.errors import UnsupportedError
 from lakewrap.execute import checks
@@ -48,10 +46,11 @@ from lakewrap.execute.executor import Job, Materializer, Result, Tally, emptied
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import is_retryable
 from lakewrap.outcome import landed, needs_lookup, unanswered
-from lakewrap.plan import Param, Plan
+from lakewrap.plan import Plan
 from lakewrap.provenance import Materialization
 from lakewrap.redact import redact
 from lakewrap.runlog import DuckDBFileStore, Store
+from lakewrap.seedfiles import SqlSeeder
 from lakewrap.skips import appended
 from lakewrap.spec import ModelSpec
 from lakewrap.steps import plan_model, probe_columns
@@ -263,33 +262,6 @@ class MemoryMaterializer(Materializer):
 
 # --- the run roles --------------------------------------------------------------------------------
 
-def seed_plan(path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-    setup, replace = seed_table(schema, name)
-    statements = (
-        CompiledStatement(role="setup", sql=setup),
-        CompiledStatement(role="write", sql=replace, effect="insert",
-                          params={"path": Param(type="VARCHAR", value=str(path))}),
-    )
-    return CompiledPlan(model=path.stem, path=rel, target=f"{schema}.{name}", strategy="seed", substrate=NAME,
-                        write_path="sql", window=None, idempotent=True,
-                        idempotent_note="a re-run replaces the table's content", statements=statements,
-                        sql_sha256=CompiledPlan.digest(statements))
-
-
-class MemorySeeder:
-    def __init__(self, lake: MemoryLake, materializer: MemoryMaterializer) -> None:
-        self.lake, self.materializer = lake, materializer
-
-    def connect(self) -> Any:
-        return self.lake.connect()
-
-    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-        return seed_plan(path, rel, schema, name)
-
-    def materialize(self, con: Any, compiled: CompiledPlan) -> Result:
-        return self.materializer.materialize(con, compiled)
-
-
 class MemoryRecords:
     """What a run skips by, from the state table."""
 
@@ -363,8 +335,8 @@ class Memory(Substrate):
     def step_records(self, lake: MemoryLake, con: Any) -> MemoryRecords:
         return MemoryRecords(con)
 
-    def seeder(self, lake: MemoryLake, run_id: str, folder: Path) -> MemorySeeder:
-        return MemorySeeder(lake, self.materializer(lake, run_id, folder))
+    def seeder(self, lake: MemoryLake, run_id: str, folder: Path) -> SqlSeeder:
+        return SqlSeeder(lake, self.materializer(lake, run_id, folder), NAME)  # the shared DuckDB SQL seed
 
     def runlog(self, lake: MemoryLake, con: Any) -> Store:
         return DuckDBFileStore(lake.runlog_path())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import EXAMPLES
+from helpers import install_dist, site_env
 from lakewrap.cli import main
 from lakewrap.compilers.artifacts import SCHEMA_VERSION, CompileOutput
 
@@ -177,18 +177,13 @@ def test_compile_imports_duckdb_only_to_parse(shop: Path) -> None:
 
 def test_plugin_keyword_through_entry_point(tmp_path: Path) -> None:
     """A real installed distribution (a dist-info on sys.path) adds a keyword without editing core."""
-    site = tmp_path / "site"
-    dist = site / "lakewrap_owner-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lakewrap-owner\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lakewrap.plugins]\nowner = lakewrap_owner:register\n")
-    (site / "lakewrap_owner.py").write_text(
+    site = install_dist(tmp_path / "site", "lakewrap_owner", "lakewrap.plugins", "owner = lakewrap_owner:register", (
         "def register(registry):\n"
         "    @registry.keyword('owner', usage='owner <team>', summary='the owning team')\n"
         "    def owner(ann, header):\n"
         "        (arg,) = ann.positional\n"
         "        header.extensions['owner'] = arg.value\n"
-    )
+    ))
     model = tmp_path / "models" / "t.sql"
     model.parent.mkdir()
     model.write_text("-- materialized table\n-- owner team-a\nSELECT 1 AS a\n")
@@ -198,8 +193,7 @@ def test_plugin_keyword_through_entry_point(tmp_path: Path) -> None:
         f"spec = parse_model(Path({str(model)!r}), Path({str(tmp_path)!r}))\n"
         "print(spec.extensions)\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=site_env(site), check=True)
     assert "{'owner': 'team-a'}" in proc.stdout
     # Without the plugin the same keyword is an unknown-keyword error.
     from lakewrap.errors import AnnotationError

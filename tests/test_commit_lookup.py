@@ -310,10 +310,12 @@ def test_an_unknown_outcome_is_looked_up_and_applied_once(kind: str, landed: boo
     log = log_of(iceberg, report.run_id)
     assert f"commit outcome unknown ({type(exc).__name__}); looking up commit" in log
     assert ("found in the table's history: it landed" in log) == landed
-    if not landed:  # retried as CommitUnknown, and the retry's note names the error's first line
+    if not landed:  # retried as CommitUnknown, and the retry's note says so and names the error's first line
         assert [a["error_class"] for a in result.attempt_errors] == ["CommitUnknown"], result.attempt_errors
-        assert ("attempt 1 conflicted; retrying in" in log
-                and "it is not in the table's history: lost the response\n" in log), log
+        assert ("attempt 1 had an unknown commit outcome and did not land; retrying in" in log
+                and "s: CommitUnknown: models/out/ap.sql: the commit's outcome was unknown and it is not in the "
+                    "table's history: lost the response\n" in log), log
+        assert "conflicted" not in log, log
 
 
 def test_a_look_up_that_cannot_read_the_table_counts_as_notlanded(iceberg: IcebergLake,
@@ -372,6 +374,7 @@ def test_an_error_that_guarantees_nothing_landed_is_not_looked_up(iceberg: Icebe
     assert result.status == "success" and result.attempts == 2 == len(calls) and rows_of(iceberg, "out.ap") == 8
     log = log_of(iceberg, report.run_id)
     assert "looking up commit" not in log and "attempt 1 conflicted; retrying in" in log
+    assert "s: CommitFailedException: conflict\n" in log, log  # the note names the error's class and first line
     assert [a["error_class"] for a in result.attempt_errors] == ["CommitFailedException"]
 
 

@@ -5,17 +5,19 @@ located error naming the key."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import install_dist, site_env
 from lakewrap import config as config_module
 from lakewrap.config import DuckLakeLakeConfig, IcebergLakeConfig, load_config
 from lakewrap.errors import ConfigError
 from lakewrap.substrates import resolve
+
+DOCS_HINT = "see docs/configuration.md for the keys of [lake], [run], [maintain] and [security]"
 
 
 def lake_of(root: Path, text: str):  # type: ignore[no-untyped-def]
@@ -81,6 +83,20 @@ def test_a_bad_lake_table_is_located_at_its_key(tmp_path: Path, text: str, line:
     assert not (tmp_path / config_module.CONFIG_CACHE).exists()  # nothing written
 
 
+@pytest.mark.parametrize(("text", "rendered"), [
+    ('[lake]\ncatalgo = "sqlite"\n',
+     "lakewrap.toml:2: unknown key `lake.catalgo`\nhint: did you mean `catalog`? " + DOCS_HINT),
+    ('[lake]\nsubstrate = "iceberg"\nwarehous = "w"\n',  # the close match is among the named substrate's keys
+     "lakewrap.toml:3: unknown key `lake.warehous`\nhint: did you mean `warehouse`? " + DOCS_HINT),
+    ('[lake]\nzzzz = 1\n', "lakewrap.toml:2: unknown key `lake.zzzz`\nhint: " + DOCS_HINT),  # nothing close
+])
+def test_an_unknown_lake_key_names_the_file_once_and_the_closest_key(tmp_path: Path, text: str,
+                                                                      rendered: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        lake_of(tmp_path, text)
+    assert info.value.render() == rendered
+
+
 MEMORY = '''
 from typing import Annotated, Literal
 
@@ -120,15 +136,11 @@ else:
 def test_a_substrate_added_through_the_entry_point_validates_its_own_keys(tmp_path: Path) -> None:
     """A real installed distribution (a dist-info on sys.path) registers a substrate whose config class
     takes its own [lake] keys, with the same located errors as the built-in ones."""
-    site = tmp_path / "site"
-    dist = site / "lakewrap_memory-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lakewrap-memory\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lakewrap.substrates]\nmemory = lakewrap_memory:Memory\n")
-    (site / "lakewrap_memory.py").write_text(MEMORY)
+    site = install_dist(tmp_path / "site", "lakewrap_memory", "lakewrap.substrates", "memory = lakewrap_memory:Memory",
+                        MEMORY)
     root = tmp_path / "project"
     root.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    env = site_env(site)
 
     def probe(toml: str) -> str:
         (root / "lakewrap.toml").write_text(toml)
@@ -139,9 +151,11 @@ def test_a_substrate_added_through_the_entry_point_validates_its_own_keys(tmp_pa
     out = probe('[lake]\nsubstrate = "memory"\ncapacity = 3\n')
     assert out == "LAKE MemoryLakeConfig 3 memory True MemoryLakeConfig", out
     out = probe('[lake]\nsubstrate = "memory"\ncapacity = 0\n')
-    assert out.startswith("ERROR lakewrap.toml:3: lakewrap.toml: lake.capacity: Input should be greater than"), out
+    assert out.startswith("ERROR lakewrap.toml:3: lake.capacity: Input should be greater than"), out
+    out = probe('[lake]\nsubstrate = "memory"\ncapacty = 3\n')  # a key of the package's config class is close
+    assert out.startswith("ERROR lakewrap.toml:3: unknown key `lake.capacty` | hint: did you mean `capacity`?"), out
     out = probe('[lake]\nsubstrate = "memory"\ndata_path = "d"\n')
-    assert 'lakewrap.toml:3: lakewrap.toml: lake: data_path does not apply to substrate = "memory"' in out, out
+    assert 'lakewrap.toml:3: lake: data_path does not apply to substrate = "memory"' in out, out
     out = probe('[lake]\nsubstrate = "memroy"\n')
     assert "no substrate `memroy`" in out and "did you mean `memory`?" in out, out
     assert "`ducklake`, `iceberg`, `memory`" in out
@@ -151,16 +165,12 @@ def test_a_substrate_added_through_the_entry_point_validates_its_own_keys(tmp_pa
 
 
 def test_a_broken_substrate_package_names_itself(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    dist = site / "lakewrap_broken-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lakewrap-broken\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lakewrap.substrates]\nbroken = lakewrap_broken:Broken\n")
-    (site / "lakewrap_broken.py").write_text("raise ImportError('no module named lakewrap_broken_dep')\n")
+    site = install_dist(tmp_path / "site", "lakewrap_broken", "lakewrap.substrates", "broken = lakewrap_broken:Broken",
+                        "raise ImportError('no module named lakewrap_broken_dep')\n")
     root = tmp_path / "project"
     root.mkdir()
     (root / "lakewrap.toml").write_text('[lake]\ncatalog = "sqlite"\n')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    env = site_env(site)
     proc = subprocess.run([sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, env=env,
                           check=True)
     assert proc.stdout.startswith("ERROR substrate `broken` failed to load: no module named lakewrap_broken_dep")

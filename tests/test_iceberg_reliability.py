@@ -28,6 +28,7 @@ from lakewrap.execute.iceberg import IcebergLake
 from lakewrap.runner import materialize_spec, run_project
 from lakewrap.substrates.iceberg.commit import IcebergExecutor
 from lakewrap.substrates.iceberg.state import materializations
+from test_commit_lookup import unknown_after
 
 UTC = timezone.utc
 NOW = datetime(2024, 6, 1, tzinfo=UTC)
@@ -80,23 +81,11 @@ def test_an_unknown_commit_outcome_is_looked_up_never_blindly_retried(landed: bo
     """The commit raises CommitStateUnknownException after it landed (or without landing): the
     executor looks its commit id up in the table's history; an append is never applied twice."""
     from pyiceberg.exceptions import CommitStateUnknownException
-    from pyiceberg.table import Transaction
 
     lake = project(tmp_path, {"out/ap.sql": AP})
     source(lake, 1, 5)
     assert run_project(tmp_path, now=NOW).ok  # the table exists: later commits are plain transactions
-    original = Transaction.commit_transaction
-    calls: list[int] = []
-
-    def flaky(self: Transaction) -> Any:
-        calls.append(1)
-        if len(calls) == 1:
-            if landed:
-                original(self)
-            raise CommitStateUnknownException("lost the response")
-        return original(self)
-
-    monkeypatch.setattr(Transaction, "commit_transaction", flaky)
+    unknown_after(monkeypatch, CommitStateUnknownException("lost the response"), landed=landed)
     report = run_project(tmp_path, now=NOW)
     (result,) = report.results
     assert result.status == "success", result.error

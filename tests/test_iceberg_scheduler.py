@@ -9,9 +9,7 @@ an uninterrupted serial backfill of the same project in a fresh lake of the same
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,18 +22,16 @@ from typing import Any
 
 import pytest
 
+from helpers import InterruptAfter
 from lakeproject import cli
 from lakewrap.api import Project
 from lakewrap.config import load_config
 from lakewrap.runner import run_project
 from lakewrap.scheduler import resume
 from lakewrap.substrates import resolve
-from lakewrap.workers import Done, Task, ThreadRunner
+from test_skip_rules import DAYS, NOW, SRC, project
 
-DAYS = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
-NOW = "2024-01-06T00:00:00+00:00"
-SRC = [(i, f"{DAYS[i % 4]} {i % 24:02d}:00:00", i * 10) for i in range(1, 17)]  # id, day, v: 4 rows a day
-MODELS = {
+MODELS = {  # test_skip_rules' models (DAYS, NOW and the source rows SRC too) in schema app, the sums cast
     "app/events.sql": "-- materialized incremental\n-- partitioned daily key=day start=2024-01-01\n"
                        "SELECT id, day, v FROM raw.src WHERE day >= $partition_start AND day < $partition_end\n",
     "app/daily.sql": "-- materialized incremental\n-- partitioned daily key=day start=2024-01-01\n"
@@ -56,22 +52,16 @@ def lakes(request: pytest.FixtureRequest) -> Iterator[Lakes]:
     substrate = request.param
     with ExitStack() as stack:
         def make(root: Path, models: dict[str, str] = MODELS) -> Path:
-            for rel, text in models.items():
-                (root / "models" / rel).parent.mkdir(parents=True, exist_ok=True)
-                (root / "models" / rel).write_text(text)
-            (root / "seeds" / "raw").mkdir(parents=True, exist_ok=True)
-            with (root / "seeds" / "raw" / "src.csv").open("w", newline="") as f:
-                csv.writer(f).writerows([("id", "day", "v"), *SRC])
+            toml = None
             if substrate == "iceberg":
-                (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n')
+                toml = '[lake]\nsubstrate = "iceberg"\n'
             elif substrate == "iceberg-sql":
                 from icehouse_sql import rest_toml, start_rest
 
                 uri, _ = start_rest(root, stack)
-                (root / "lakewrap.toml").write_text(rest_toml(uri))
+                toml = rest_toml(uri)
+            project(root, SRC, models, toml)  # test_skip_rules' project: the models, the seed file, seeded
             assert resolve(load_config(root).lake).name == substrate
-            code, _, err = cli("seed", "--project", str(root))
-            assert code == 0, err
             return root
 
         yield make
@@ -172,23 +162,6 @@ def test_missing_only_runs_nothing_twice_and_fail_fast_stops(tmp_path: Path, lak
     assert code == 1 and [r["status"] for r in failed["results"]] == ["failed", "skipped", "skipped", "skipped"]
     assert all("--fail-fast" in r["error"] for r in failed["results"][1:])
     check_runlog(root, failed)
-
-
-class InterruptAfter(ThreadRunner):
-    """The real thread runner; when ``n`` steps have finished it sends this process a real SIGINT."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(1)
-        self.n, self.seen = n, 0
-
-    def _run(self, task: Task, done: Done) -> None:
-        def counted(t: Task, r: Any) -> None:
-            done(t, r)
-            self.seen += 1
-            if self.seen == self.n:
-                os.kill(os.getpid(), signal.SIGINT)
-
-        super()._run(task, counted)
 
 
 def test_a_cancelled_run_resumes_to_what_one_backfill_makes(tmp_path: Path, lakes: Lakes) -> None:

@@ -9,13 +9,13 @@ transaction before COMMIT, an ``error`` failure rolls back and is reported with 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 
+from helpers import install_dist, site_env
 from lakewrap.execute.extensions import bundled_path
 
 PLUGIN = '''
@@ -42,18 +42,12 @@ MODEL = "-- materialized table\n-- test positive amount\nSELECT * FROM (VALUES {
 
 
 def plugin_site(tmp_path: Path) -> Path:
-    site = tmp_path / "site"
-    dist = site / "lakewrap_positive-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lakewrap-positive\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lakewrap.plugins]\npositive = lakewrap_positive:register\n")
-    (site / "lakewrap_positive.py").write_text(PLUGIN)
-    return site
+    return install_dist(tmp_path / "site", "lakewrap_positive", "lakewrap.plugins",
+                        "positive = lakewrap_positive:register", PLUGIN)
 
 
 def lakewrap(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
-           "NO_COLOR": "1"}
+    env = site_env(site, NO_COLOR="1")
     return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, env=env,
                           timeout=300)
 

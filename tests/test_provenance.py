@@ -8,7 +8,6 @@ of the whole lake (``Inspector.state``) before and after.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -100,16 +99,6 @@ def ev(i: int, k: str, amount: int, day: int, hour: int, updated: int) -> dict[s
 V1 = [ev(1, "a", 10, 0, 1, 1), ev(2, "b", 20, 0, 5, 5), ev(3, "a", 30, 1, 2, 2), ev(4, "c", 40, 1, 9, 9)]
 V2 = [ev(1, "a", 11, 0, 1, 12), ev(3, "a", 30, 1, 2, 2), ev(4, "b", 45, 1, 9, 20), ev(5, "c", 50, 1, 10, 10)]
 V3 = [*V2, ev(2, "b", 21, 0, 5, 22), ev(6, "a", 60, 0, 7, 7)]
-
-
-@pytest.fixture
-def inspector() -> Iterator[Inspector]:
-    ins = Inspector()
-    ins.con.execute("SET TimeZone = 'UTC'")  # before any state(): it renders TIMESTAMPTZ values in it
-    try:
-        yield ins
-    finally:
-        ins.close()
 
 
 def plain(ins: Inspector, root: Path, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:

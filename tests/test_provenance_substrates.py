@@ -121,16 +121,6 @@ class IcebergSqlCase(Case):
         return row["base_snapshot"]  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def inspector() -> Iterator[Inspector]:
-    ins = Inspector()
-    ins.con.execute("SET TimeZone = 'UTC'")  # before any state(): it renders TIMESTAMPTZ values in it
-    try:
-        yield ins
-    finally:
-        ins.close()
-
-
 @pytest.fixture(scope="module")
 def sql_built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqlHistory]:
     """The DuckDB-SQL history is built once (a REST catalog); the tests leave its records as they found them."""

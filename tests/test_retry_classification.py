@@ -34,7 +34,7 @@ from lakewrap.errors import TransientExecutionError
 from lakewrap.execute import sandbox
 from lakewrap.execute.extensions import connect
 from lakewrap.execute.lake import Lake
-from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable, retrying
+from lakewrap.execute.retry import BUSY, RETRYABLE, RetryPolicy, is_retryable, retry_reason, retrying
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,6 +80,14 @@ def test_each_marker_alone_is_retryable(marker: str) -> None:
     assert is_retryable(RuntimeError(ONLY[marker]))  # by text, whatever the class
 
 
+@pytest.mark.parametrize("marker", sorted(ONLY))
+def test_each_marker_alone_names_what_happened(marker: str) -> None:
+    """The note of a retried attempt says a busy catalog for SQLite's lock, a conflict for the rest."""
+    busy = marker in ("database is locked", "Failed to query most recent snapshot")
+    assert (marker in BUSY) == busy
+    assert retry_reason(RuntimeError(ONLY[marker])) == ("found the catalog busy" if busy else "conflicted")
+
+
 @pytest.mark.parametrize("exc", NOT_RETRYABLE, ids=lambda e: type(e).__name__ + ":" + str(e)[:30])
 def test_other_errors_are_not_retryable(exc: Exception) -> None:
     assert not is_retryable(exc)
@@ -105,7 +113,7 @@ def test_a_real_ducklake_commit_conflict_is_retryable(tmp_path: Path) -> None:
     finally:
         con.close()
     assert "Transaction conflict" in str(caught.value)
-    assert is_retryable(caught.value)
+    assert is_retryable(caught.value) and retry_reason(caught.value) == "conflicted"
 
 
 @contextmanager
@@ -159,7 +167,7 @@ def test_a_locked_sqlite_catalog_is_retryable_when_attaching_and_reading(tmp_pat
         fresh.close()
     # attaching says only "database is locked" of the markers: that marker alone must classify it
     assert [m for m in RETRYABLE if m in str(probe)] == ["database is locked"], probe
-    assert is_retryable(probe)
+    assert is_retryable(probe) and retry_reason(probe) == "found the catalog busy"
 
 
 def test_a_sqlite_catalog_locked_after_attaching_is_retryable(tmp_path: Path) -> None:
@@ -170,6 +178,7 @@ def test_a_sqlite_catalog_locked_after_attaching_is_retryable(tmp_path: Path) ->
         with held_locked(tmp_path / "cat.sqlite"):
             read = _error_of(con, "SELECT * FROM lake.t")
         assert "Failed to query most recent snapshot" in str(read) and is_retryable(read), read
+        assert retry_reason(read) == "found the catalog busy"
         assert con.execute("SELECT * FROM lake.t").fetchall() == [(1,)]  # and a retry once the lock is gone works
     finally:
         con.close()

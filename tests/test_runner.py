@@ -594,8 +594,8 @@ def test_scheduling_thousands_of_steps_stays_fast(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("toml", "message"), [
     ("[run]\nretries = -1\n",
-     "lakewrap.toml:2: lakewrap.toml: run.retries: Input should be greater than or equal to 0"),
-    ("[run]\nworkerz = 2\n", "lakewrap.toml:2: lakewrap.toml: unknown key `run.workerz`"),
+     "lakewrap.toml:2: run.retries: Input should be greater than or equal to 0"),
+    ("[run]\nworkerz = 2\n", "lakewrap.toml:2: unknown key `run.workerz`"),
 ])
 def test_a_bad_run_section_is_a_located_error_and_writes_nothing(tmp_path: Path, toml: str, message: str) -> None:
     root = write_models(tmp_path / "project", {"main/good.sql": FAILING["main/good.sql"]}, toml=toml)

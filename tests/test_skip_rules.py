@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from helpers import InterruptAfter
 from lakeproject import cli
 from lakewrap.execute.lake import Lake
 from lakewrap.runner import run_project
 from lakewrap.scheduler import resume
-from lakewrap.workers import Done, Task, ThreadRunner
 
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
 NOW = "2024-01-06T00:00:00+00:00"
@@ -100,23 +98,6 @@ def rewrite_day_one(root: Path) -> list[tuple[int, str, int]]:
     code, out, err = cli("run", "main.events", "--project", str(root), "--partition", DAYS[0], "--now", NOW)
     assert code == 0, out + err
     return [(i, day, v + 1000 if day < DAYS[1] else v) for i, day, v in SRC]
-
-
-class InterruptAfter(ThreadRunner):
-    """The real thread runner; when ``n`` steps have finished it sends this process a real SIGINT."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(1)
-        self.n, self.seen = n, 0
-
-    def _run(self, task: Task, done: Done) -> None:
-        def counted(t: Task, r: Any) -> None:
-            done(t, r)
-            self.seen += 1
-            if self.seen == self.n:
-                os.kill(os.getpid(), signal.SIGINT)
-
-        super()._run(task, counted)
 
 
 def interrupted(root: Path) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from helpers import install_dist
 from lakewrap import frozen
 from lakewrap.compile import compile_project
 from lakewrap.config import load_config
@@ -90,11 +91,8 @@ DAYS = ("2024-01-01", "2024-01-02")
 @pytest.fixture(scope="module")
 def memory_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """``memory`` registered through a real entry point for this module only."""
-    site = tmp_path_factory.mktemp("site")
-    dist = site / "lakewrap_memory-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lakewrap-memory\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[lakewrap.substrates]\nmemory = memory_substrate:Memory\n")
+    site = install_dist(tmp_path_factory.mktemp("site"), "lakewrap_memory", "lakewrap.substrates",
+                        "memory = memory_substrate:Memory")
     tests = str(Path(__file__).parent)
     added = [p for p in (str(site), tests) if p not in sys.path]
     sys.path[:0] = added

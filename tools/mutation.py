@@ -115,7 +115,7 @@ HAND: dict[str, tuple[tuple[str, str, str], ...]] = {
         (SKIPS, "forced = any(d not in skip for d in s.deps)", "forced = False"),  # a dependency that runs
         (SKIPS, "return not reappend or run_id in present[partition]", "return not reappend"),  # a resume's own
         (SKIPS, "        if refresh:\n            present = {}\n", ""),  # records before a full refresh count
-        (DUCKLAKE_RUN, 'r[1] in ("true", True)', 'r[1] in (True,)'),  # the full-refresh flag of DuckLake's records
+        (DUCKLAKE_RUN, 'r[1] == "true"', 'r[1] is True'),  # the full-refresh flag of DuckLake's records (text)
     ),
     "commit-lookup": (
         *((ICEBERG_COMMIT, _dropped(_NOT_COMMITTED, ""), _dropped(_NOT_COMMITTED, n)) for n in _NOT_COMMITTED),

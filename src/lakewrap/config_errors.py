@@ -12,7 +12,7 @@ import re
 import typing
 from typing import TYPE_CHECKING, Any
 
-from lakewrap.errors import ConfigError, Location, choices_hint
+from lakewrap.errors import ConfigError, Location, choices_hint, suggest
 
 if TYPE_CHECKING:
     from lakewrap.config import SubstrateConfig
@@ -40,12 +40,12 @@ def located(err: Any, text: str, lake: dict[str, Any] | None,
     kind = err["type"]
     if kind in ("union_tag_invalid", "union_tag_not_found") and loc == ["lake"]:
         if lake is None:
-            return ConfigError("lakewrap.toml: lake: write [lake] as a table (a [lake] line, then key = value lines)",
+            return ConfigError("lake: write [lake] as a table (a [lake] line, then key = value lines)",
                                location=Location(CONFIG_FILE, find_line(text, "lake")),
                                hint="see docs/configuration.md for the keys of [lake]")
         tag = str(err.get("ctx", {}).get("tag", lake.get("substrate")))
         return ConfigError(
-            f"lakewrap.toml: lake.substrate: no substrate `{tag}`",
+            f"lake.substrate: no substrate `{tag}`",
             location=Location(CONFIG_FILE, find_line(text, "substrate")),
             hint=choices_hint(tag, classes, "substrate") + " (a package adds one through the "
             "`lakewrap.substrates` entry point)",
@@ -57,13 +57,12 @@ def located(err: Any, text: str, lake: dict[str, Any] | None,
     where = Location(CONFIG_FILE, find_line(text, key) if key else None)
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         if len(loc) == 2 and loc[0] == "lake":
-            return (_foreign_key(loc[1], substrate, classes, where)
-                    or ConfigError(f"lakewrap.toml: unknown key `lake.{loc[1]}`", location=where, hint=_HINT))
-        return ConfigError(f"lakewrap.toml: unknown key `{'.'.join(loc)}`", location=where, hint=_HINT)
+            return _foreign_key(key, substrate, classes, where) or _unknown_lake_key(key, substrate, classes, where)
+        return ConfigError(f"unknown key `{'.'.join(loc)}`", location=where, hint=_HINT)
     msg = err["msg"].removeprefix("Value error, ")
     if kind == "literal_error" and loc == ["lake", "catalog"] and lake is not None:
         msg = _foreign_catalog(str(lake.get("catalog")), substrate, classes) or msg
-    return ConfigError(f"lakewrap.toml: {'.'.join(loc)}: {msg}", location=where, hint=_HINT)
+    return ConfigError(f"{'.'.join(loc)}: {msg}", location=where, hint=_HINT)
 
 
 def _foreign_key(key: str, substrate: str, classes: dict[str, type[SubstrateConfig]],
@@ -75,12 +74,21 @@ def _foreign_key(key: str, substrate: str, classes: dict[str, type[SubstrateConf
     mine = classes.get(substrate)
     instead = mine.instead.get(key) if mine is not None else None
     return ConfigError(
-        f"lakewrap.toml: lake: {key} does not apply to substrate = \"{substrate}\""
+        f"lake: {key} does not apply to substrate = \"{substrate}\""
         + (f" (use {instead})" if instead else ""),
         location=where,
         hint=f"{key} is a key of substrate = " + " or ".join(f"\"{o}\"" for o in owners)
         + "; see docs/configuration.md for the keys of each substrate",
     )
+
+
+def _unknown_lake_key(key: str, substrate: str, classes: dict[str, type[SubstrateConfig]],
+                      where: Location) -> ConfigError:
+    """A ``[lake]`` key no substrate has, with the closest key of the one named as a hint."""
+    mine = classes.get(substrate)
+    close = suggest(key, mine.__dataclass_fields__) if mine is not None else None
+    return ConfigError(f"unknown key `lake.{key}`", location=where,
+                       hint=(f"did you mean `{close}`? " if close is not None else "") + _HINT)
 
 
 def _catalogs(cls: type[SubstrateConfig]) -> tuple[str, ...]:

@@ -4,14 +4,24 @@ DuckDB's ``read_csv`` takes its path as a glob, so a file whose name holds ``*``
 (or ``\\``) is refused rather than read as a pattern that could match other files. A file with no
 header line (zero bytes, or blank lines only) is refused too: DuckDB would invent a ``column0``. A
 header line without rows is a table with those columns (VARCHAR) and no rows.
+
+A substrate whose lake's own connection runs DuckDB SQL seeds through :class:`SqlSeeder`: each
+file's plan (:func:`sql_seed_plan`) replaces the table in one transaction of its materializer.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.config import path_hazard
 from lakewrap.errors import Location, PlanError, ProjectError
+from lakewrap.plan import Param
+
+if TYPE_CHECKING:
+    from lakewrap.execute.executor import Result
+    from lakewrap.substrates.protocol import LakeHandle, Materializer
 
 
 def seed_files(root: Path) -> list[Path]:
@@ -45,3 +55,36 @@ def _has_header(path: Path) -> bool:
             if line.strip():
                 return True
     return False
+
+
+def sql_seed_plan(path: Path, rel: str, schema: str, name: str, substrate: str) -> CompiledPlan:
+    """Replace ``schema.name`` with the rows of the CSV file at ``path`` (one transaction of DuckDB SQL)."""
+    from lakewrap.execute import statements as stmts
+
+    setup, replace = stmts.seed_table(schema, name)
+    statements = (
+        CompiledStatement(role="setup", sql=setup),
+        CompiledStatement(role="write", sql=replace, effect="insert",
+                          params={"path": Param(type="VARCHAR", value=str(path))}),
+    )
+    return CompiledPlan(model=path.stem, path=rel, target=f"{schema}.{name}", strategy="seed",
+                        substrate=substrate, write_path="sql", window=None, idempotent=True,
+                        idempotent_note="a re-run replaces the table's content", statements=statements,
+                        sql_sha256=CompiledPlan.digest(statements))
+
+
+class SqlSeeder:
+    """``lakewrap seed`` on the lake's own connection: each file's :func:`sql_seed_plan` committed by
+    the substrate's materializer (:meth:`lakewrap.substrates.protocol.Substrate.seeder`)."""
+
+    def __init__(self, lake: LakeHandle, materializer: Materializer, substrate: str) -> None:
+        self.lake, self.materializer, self.substrate = lake, materializer, substrate
+
+    def connect(self) -> Any:
+        return self.lake.connect()
+
+    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
+        return sql_seed_plan(path, rel, schema, name, self.substrate)
+
+    def materialize(self, con: Any, compiled: CompiledPlan) -> Result:
+        return self.materializer.materialize(con, compiled)

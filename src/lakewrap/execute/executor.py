@@ -28,7 +28,7 @@ from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.errors import ExecutionError, LakewrapError
 from lakewrap.execute import checks, locate, sandbox
 from lakewrap.execute.log import StatementLog
-from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable
+from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable, retry_reason
 
 Status = Literal["success", "unchanged", "failed", "skipped", "cancelled"]
 
@@ -197,8 +197,8 @@ class Materializer:
                     if not retry or attempt == self.policy.attempts:
                         raise
                     delay = self.policy.delay(attempt, self.rng)
-                    log.note(f"attempt {attempt} conflicted; retrying in {delay:.3f}s: "
-                             f"{text.splitlines()[0] if text else type(exc).__name__}")
+                    log.note(f"attempt {attempt} {self.retry_reason(exc)}; retrying in {delay:.3f}s: "
+                             f"{type(exc).__name__}" + (f": {text.splitlines()[0]}" if text else ""))
                     self.sleep(delay)
         except Exception as exc:  # a LakewrapError or the engine's: located on the model file, classified
             result.fail(locate.located(exc, compiled.path, self.lake.root, compiled=compiled), self.lake.redact)
@@ -239,6 +239,11 @@ class Materializer:
     def retryable(self, exc: BaseException) -> bool:
         """Whether re-running the whole attempt may succeed."""
         return is_retryable(exc)
+
+    def retry_reason(self, exc: BaseException) -> str:
+        """What happened to an attempt that ``exc`` ended and that is retried, for its note
+        (``attempt N <reason>; retrying in ...``): a conflict or a busy catalog."""
+        return retry_reason(exc)
 
     def attempt_class(self, exc: BaseException, retryable: bool) -> str:
         """The error class a failed attempt is recorded under."""

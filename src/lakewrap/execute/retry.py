@@ -17,16 +17,20 @@ from lakewrap.errors import TransientExecutionError
 T = TypeVar("T")
 
 # Error texts DuckLake 1.5.5 gives for a concurrent commit; retrying the whole transaction succeeds.
-RETRYABLE = (
+CONFLICTS = (
     "Transaction conflict",
     "Failed to commit DuckLake transaction",
-    "database is locked",
     "Conflict_409",
     "CommitFailedException",
     "ducklake_snapshot_pkey",
     "could not serialize access",
-    "Failed to query most recent snapshot",  # a SQLite catalog locked by a concurrent commit
 )
+# ... and for a catalog a concurrent commit holds locked (SQLite)
+BUSY = (
+    "database is locked",
+    "Failed to query most recent snapshot",
+)
+RETRYABLE = CONFLICTS + BUSY
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -35,6 +39,12 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return any(marker in text for marker in RETRYABLE)
+
+
+def retry_reason(exc: BaseException) -> str:
+    """What a retryable error says happened, for the note of the attempt it ends."""
+    text = str(exc)
+    return "found the catalog busy" if any(marker in text for marker in BUSY) else "conflicted"
 
 
 @dataclass(frozen=True)

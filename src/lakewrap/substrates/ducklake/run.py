@@ -1,5 +1,5 @@
-"""The run roles of DuckLake: planning a step, a seed's plan, a step's outcome looked up, the
-records a run skips by, and where the run log lives.
+"""The run roles of DuckLake: planning a step, a step's outcome looked up, the records a run skips
+by, and where the run log lives (seeds: :class:`lakewrap.seedfiles.SqlSeeder`).
 
 The state of record is ``lakewrap.materializations`` in the catalog, committed in the same
 transaction as the data; the run log lives in the catalog database too (:mod:`lakewrap.runlog`).
@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
 from lakewrap.execute import statements as stmts
 from lakewrap.outcome import landed, needs_lookup, unanswered
-from lakewrap.plan import Param
 from lakewrap.skips import appended
 from lakewrap.spec import DynamicPartitioning
 from lakewrap.steps import plan_model, probe_columns
@@ -28,7 +25,6 @@ if TYPE_CHECKING:
     from lakewrap.runlog import Store
     from lakewrap.spec import ModelSpec
     from lakewrap.stale import StaleModel
-    from lakewrap.substrates.ducklake.materialize import Executor
 
 
 def watermark_of(con: Any, target: str) -> datetime | None:
@@ -41,36 +37,6 @@ def plan_step(con: Any, spec: ModelSpec, value: str | None, now: datetime) -> Pl
     mark = watermark_of(con, str(spec.target)) if isinstance(spec.partition, DynamicPartitioning) else None
     return plan_model(spec, value, now, substrate="ducklake", watermark=mark,
                       probe=lambda plan: probe_columns(con, plan))
-
-
-def seed_plan(path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-    """Replace ``schema.name`` with the rows of the CSV file at ``path`` (one transaction)."""
-    setup, replace = stmts.seed_table(schema, name)
-    statements = (
-        CompiledStatement(role="setup", sql=setup),
-        CompiledStatement(role="write", sql=replace, effect="insert",
-                          params={"path": Param(type="VARCHAR", value=str(path))}),
-    )
-    return CompiledPlan(model=path.stem, path=rel, target=f"{schema}.{name}", strategy="seed",
-                        substrate="ducklake", write_path="sql", window=None, idempotent=True,
-                        idempotent_note="a re-run replaces the table's content", statements=statements,
-                        sql_sha256=CompiledPlan.digest(statements))
-
-
-class Seeder:
-    """``lakewrap seed`` on DuckLake: the lake's own connection and executor."""
-
-    def __init__(self, lake: Lake, executor: Executor) -> None:
-        self.lake, self.executor = lake, executor
-
-    def connect(self) -> Any:
-        return self.lake.connect()
-
-    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-        return seed_plan(path, rel, schema, name)
-
-    def materialize(self, con: Any, compiled: CompiledPlan) -> Result:
-        return self.executor.materialize(con, compiled)
 
 
 def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result:
@@ -115,7 +81,7 @@ class Records:
     def appended(self, target: str) -> dict[str, set[str]]:
         """:func:`lakewrap.skips.appended`: the records joined to the snapshots that committed them."""
         rows = self.con.execute(stmts.append_records(self.alias), {"target": target}).fetchall()
-        return appended((r[0], r[1] in ("true", True), r[2]) for r in rows)
+        return appended((r[0], r[1] == "true", r[2]) for r in rows)  # json_extract_string: text or NULL
 
     def stale(self, project: Project, chosen: Sequence[ModelSpec]) -> dict[str, StaleModel]:
         from lakewrap.substrates.ducklake.feed import detect

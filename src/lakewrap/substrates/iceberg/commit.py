@@ -78,6 +78,11 @@ class IcebergExecutor(Materializer):
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc)
 
+    def retry_reason(self, exc: BaseException) -> str:
+        if isinstance(exc, CommitUnknown):
+            return "had an unknown commit outcome and did not land"
+        return super().retry_reason(exc)
+
     # --- one attempt ----------------------------------------------------------------------------
 
     def attempt(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int) -> None:
