@@ -263,14 +263,14 @@ class MemoryMaterializer(Materializer):
 
 # --- the run roles --------------------------------------------------------------------------------
 
-def seed_plan(path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-    setup, replace = seed_table(schema, name)
+def seed_plan(seed: Any) -> CompiledPlan:
+    setup, replace = seed_table(seed.schema, seed.name, seed.format.read_options())
     statements = (
         CompiledStatement(role="setup", sql=setup),
         CompiledStatement(role="write", sql=replace, effect="insert",
-                          params={"path": Param(type="VARCHAR", value=str(path))}),
+                          params={"path": Param(type="VARCHAR", value=str(seed.path))}),
     )
-    return CompiledPlan(model=path.stem, path=rel, target=f"{schema}.{name}", strategy="seed", substrate=NAME,
+    return CompiledPlan(model=seed.path.stem, path=seed.rel, target=seed.target, strategy="seed", substrate=NAME,
                         write_path="sql", window=None, idempotent=True,
                         idempotent_note="a re-run replaces the table's content", statements=statements,
                         sql_sha256=CompiledPlan.digest(statements))
@@ -283,10 +283,13 @@ class MemorySeeder:
     def connect(self) -> Any:
         return self.lake.connect()
 
-    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-        return seed_plan(path, rel, schema, name)
+    def plan(self, seed: Any) -> CompiledPlan:
+        return seed_plan(seed)
 
-    def materialize(self, con: Any, compiled: CompiledPlan) -> Result:
+    def loaded(self, con: Any, target: str) -> tuple[str, str] | None:
+        return None  # this substrate keeps no record of a seed's bytes: every seed loads
+
+    def materialize(self, con: Any, compiled: CompiledPlan, *, provenance: dict[str, Any] | None = None) -> Result:
         return self.materializer.materialize(con, compiled)
 
 

@@ -4,14 +4,69 @@ DuckDB's ``read_csv`` takes its path as a glob, so a file whose name holds ``*``
 (or ``\\``) is refused rather than read as a pattern that could match other files. A file with no
 header line (zero bytes, or blank lines only) is refused too: DuckDB would invent a ``column0``. A
 header line without rows is a table with those columns (VARCHAR) and no rows.
+
+A seed may have a sidecar ``<table>.toml`` beside it (:mod:`lakewrap.seedformat`: dialect, column
+types); a sidecar without a CSV of its name is refused. Each seed's bytes are hashed
+(``sha256``): ``lakewrap seed`` records the hash in the commit that loads the file and skips a
+file whose hash and statements the table's last seed commit recorded (docs/seeds.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+from difflib import get_close_matches
 from pathlib import Path
 
 from lakewrap.config import path_hazard
 from lakewrap.errors import Location, PlanError, ProjectError
+from lakewrap.seedformat import CsvFormat, read_format
+
+
+@dataclass(frozen=True)
+class Seed:
+    """One checked seed file: where it is, the table it loads, how it is read, its bytes' hash."""
+
+    path: Path
+    rel: str  # relative to the project root
+    schema: str
+    name: str
+    format: CsvFormat
+    sha256: str  # of the CSV file's bytes, read just before planning its load
+
+    @property
+    def target(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+def seeds(root: Path) -> list[Seed]:
+    """Every seed of the project at ``root``, checked (files, sidecars, declared columns) before any
+    is loaded: ``seeds/raw/orders.csv`` → ``raw.orders``, ``seeds/x.csv`` → ``raw.x``."""
+    files = seed_files(root)
+    base = root / "seeds"
+    csvs = {p.with_suffix("") for p in files}
+    for side in sorted(base.rglob("*.toml")):
+        if side.with_suffix("") not in csvs:
+            rel = side.relative_to(root).as_posix()
+            near = get_close_matches(side.stem, [p.stem for p in files if p.parent == side.parent], n=1)
+            raise ProjectError(f"{rel} has no CSV file beside it", location=Location(rel),
+                               hint=(f"did you mean {side.with_name(near[0] + '.toml').name}? " if near else "")
+                               + f"a seed's .toml is named like its CSV: {side.with_suffix('.csv').name}")
+    out = []
+    for path in files:
+        parts = path.relative_to(base).with_suffix("").parts
+        schema, name = (parts[0], parts[-1]) if len(parts) > 1 else ("raw", parts[0])
+        fmt, _ = read_format(root, path)
+        out.append(Seed(path, path.relative_to(root).as_posix(), schema, name, fmt, file_sha256(path)))
+    return out
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def seed_files(root: Path) -> list[Path]:

@@ -7,9 +7,9 @@ transaction as the data; the run log lives in the catalog database too (:mod:`la
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from lakewrap.plan import Plan
     from lakewrap.project import Project
     from lakewrap.runlog import Store
+    from lakewrap.seedfiles import Seed
     from lakewrap.spec import ModelSpec
     from lakewrap.stale import StaleModel
     from lakewrap.substrates.ducklake.materialize import Executor
@@ -43,15 +44,15 @@ def plan_step(con: Any, spec: ModelSpec, value: str | None, now: datetime) -> Pl
                       probe=lambda plan: probe_columns(con, plan))
 
 
-def seed_plan(path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-    """Replace ``schema.name`` with the rows of the CSV file at ``path`` (one transaction)."""
-    setup, replace = stmts.seed_table(schema, name)
+def seed_plan(seed: Seed) -> CompiledPlan:
+    """Replace ``schema.name`` with the rows of the seed's CSV file (one transaction)."""
+    setup, replace = stmts.seed_table(seed.schema, seed.name, seed.format.read_options())
     statements = (
         CompiledStatement(role="setup", sql=setup),
         CompiledStatement(role="write", sql=replace, effect="insert",
-                          params={"path": Param(type="VARCHAR", value=str(path))}),
+                          params={"path": Param(type="VARCHAR", value=str(seed.path))}),
     )
-    return CompiledPlan(model=path.stem, path=rel, target=f"{schema}.{name}", strategy="seed",
+    return CompiledPlan(model=seed.path.stem, path=seed.rel, target=seed.target, strategy="seed",
                         substrate="ducklake", write_path="sql", window=None, idempotent=True,
                         idempotent_note="a re-run replaces the table's content", statements=statements,
                         sql_sha256=CompiledPlan.digest(statements))
@@ -66,11 +67,37 @@ class Seeder:
     def connect(self) -> Any:
         return self.lake.connect()
 
-    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-        return seed_plan(path, rel, schema, name)
+    def plan(self, seed: Seed) -> CompiledPlan:
+        return seed_plan(seed)
 
-    def materialize(self, con: Any, compiled: CompiledPlan) -> Result:
-        return self.executor.materialize(con, compiled)
+    def loaded(self, con: Any, target: str) -> tuple[str, str] | None:
+        """(``sql_sha256``, ``seed_sha256``) of the seed commit that created the current table
+        ``target``, when no later snapshot changed that table (None: not so, or not known).
+
+        The table's identity (its table id and creating snapshot) is read from DuckLake's metadata
+        tables, as the change feed reads it; the creating snapshot's commit message is lakewrap's
+        (``strategy`` seed); every later snapshot's ``changes`` is checked for the table id.
+        """
+        from lakewrap.substrates.ducklake.feed import CHANGE_KINDS, _identity
+
+        identity = _identity(con, self.lake.alias, target)
+        if identity is None:
+            return None
+        table_id, created = identity
+        rows = con.execute(stmts.snapshots_since(self.lake.alias), {"since": created}).fetchall()
+        if not rows or int(rows[0][0]) != created:
+            return None
+        extra = json.loads(rows[0][2]) if rows[0][2] else {}
+        if extra.get("strategy") != "seed" or extra.get("target") != target:
+            return None
+        for _, kinds, _ in rows[1:]:
+            if any(table_id in (kinds.get(k) or ()) for k in CHANGE_KINDS):
+                return None
+        sha = (extra.get("pins") or {}).get("seed_sha256")
+        return (str(extra.get("sql_sha256")), str(sha)) if sha else None
+
+    def materialize(self, con: Any, compiled: CompiledPlan, *, provenance: dict[str, Any] | None = None) -> Result:
+        return self.executor.materialize(con, compiled, provenance=provenance)
 
 
 def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result:
