@@ -237,6 +237,7 @@ def _show(value: Any) -> str:
 # --- where a key is -------------------------------------------------------------------------------
 
 _HEADER = re.compile(r"\s*\[\s*([^\]]*?)\s*\]\s*(#.*)?$")
+_INNER = re.compile(r"""[{,]\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=\s*""")
 _KEY = re.compile(r"""\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=\s*""")
 
 
@@ -259,12 +260,12 @@ def _find(text: str, table: str | None, key: str) -> tuple[int, int, int] | None
         if current == table and name == key:
             return n, m.start(1) + 1, m.end() + 1
         if current is None and table is not None and name == table:  # columns = { key = "..." }
-            inner = re.search(r"""[{,]\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=\s*""", line[m.end():])
+            rest = line[m.end():]
+            inner = _INNER.search(rest)
             while inner is not None:
                 if _unquote(inner.group(1)) == key:
                     return n, m.end() + inner.start(1) + 1, m.end() + inner.end() + 1
-                inner = re.search(r"""[{,]\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=\s*""",
-                                  line[m.end():], inner.end())
+                inner = _INNER.search(rest, inner.end())
     if table is None:
         for n, line in enumerate(text.splitlines(), 1):  # a table header: [columns]
             if (h := _HEADER.match(line)) is not None and h.group(1).strip() == key:
