@@ -284,3 +284,26 @@ def test_an_unchanged_reseed_makes_nothing_stale(tmp_path: Path, request: pytest
     assert [r.status for r in p.seed().results] == ["success"]
     rerun = p.run(stale=True)
     assert [(r.target, r.partition) for r in rerun.results] == [("s.totals", "2024-01-02")]
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "seeds.md"
+EXAMPLE = re.compile(r"^<!-- seed-example: (.+?) -->\n```\w*\n(.*?)^```\n", re.S | re.M)
+
+
+def test_the_example_of_docs_seeds_md_loads_with_the_types_it_shows(tmp_path: Path) -> None:
+    blocks = {m.group(1): m.group(2) for m in EXAMPLE.finditer(DOC.read_text())}
+    command = 'lakewrap query "DESCRIBE raw.payments"'
+    assert set(blocks) == {"seeds/raw/payments.csv", "seeds/raw/payments.toml", command}
+    (tmp_path / "seeds" / "raw").mkdir(parents=True)
+    for name in ("seeds/raw/payments.csv", "seeds/raw/payments.toml"):
+        (tmp_path / name).write_text(blocks[name])
+    env = {"NO_COLOR": "1", "COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+    assert subprocess.run([LAKEWRAP, "seed", "--project", str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=300).returncode == 0
+    shown = subprocess.run([LAKEWRAP, "query", "--project", str(tmp_path), "DESCRIBE raw.payments"],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert [line.rstrip() for line in shown.stdout.splitlines()] == blocks[command].splitlines()
+    rows = Project(tmp_path).query("SELECT * FROM raw.payments ORDER BY payment_id").to_pylist()
+    assert rows == [
+        {"payment_id": 1, "order_id": 17, "amount": "1,204.50", "paid_on": date(2024, 1, 3), "method": "card"},
+        {"payment_id": 2, "order_id": 18, "amount": None, "paid_on": date(2024, 1, 4), "method": None}]

@@ -115,6 +115,8 @@ def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result
         cursor = lake.connect() if own else con
         try:
             with lake.statement_lock:  # the coordinator's connection is shared with the run log
+                if not own:  # a cursor of the seed's connection does not inherit its USE
+                    cursor.execute(stmts.use(lake.alias))
                 row = cursor.execute(stmts.step_materialization(), params).fetchone()
                 snapshot = (cursor.execute(stmts.step_snapshot(lake.alias), params).fetchone()
                             if row is not None else None)
