@@ -61,8 +61,9 @@ def csv_error(text: str, root: Path | None, rel: str) -> SeedValueError | None:
                               hint="fix the value, declare another type for the column in " + side
                               + ", or add the string to `null` there" + more)
     first_line = message.strip().splitlines()[0] if message.strip() else error_type
-    return SeedValueError(f"the CSV does not read: {first_line}", location=loc,
-                          hint="fix the row, or set the dialect (delimiter, quote, escape, header) in " + side + more)
+    hint = ("save the file as UTF-8" if error_type == "INVALID_UNICODE" else
+            "fix the row, or set the dialect (delimiter, quote, escape, header) in " + side)
+    return SeedValueError(f"the CSV does not read: {first_line}", location=loc, hint=hint + more)
 
 
 def _field(rest: bytes, fmt: CsvFormat) -> str:
