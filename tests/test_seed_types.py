@@ -185,6 +185,7 @@ def test_a_value_that_does_not_convert_is_located_at_the_csv_line_and_nothing_is
     result = json.loads((root / "target" / "run_results.json").read_text())["results"][0]
     assert result["status"] == "failed"
     assert result["error_location"] == {"path": "seeds/raw/orders.csv", "line": 6, "column": 3}
+    assert result["warnings"] == []  # the lake was asked whether it landed (it did not), without an error
 
 
 def test_the_first_bad_value_is_reported_and_the_others_counted(tmp_path: Path,

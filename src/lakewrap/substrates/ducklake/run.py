@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -78,9 +79,9 @@ class Seeder:
         tables, as the change feed reads it; the creating snapshot's commit message is lakewrap's
         (``strategy`` seed); every later snapshot's ``changes`` is checked for the table id.
         """
-        from lakewrap.substrates.ducklake.feed import CHANGE_KINDS, _identity
+        from lakewrap.substrates.ducklake.feed import CHANGE_KINDS, current_identity
 
-        identity = _identity(con, self.lake.alias, target)
+        identity = current_identity(con, self.lake.alias, target)
         if identity is None:
             return None
         table_id, created = identity
@@ -116,7 +117,8 @@ def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result
         try:
             with lake.statement_lock:  # the coordinator's connection is shared with the run log
                 if not own:  # a cursor of the seed's connection does not inherit its USE
-                    cursor.execute(stmts.use(lake.alias))
+                    with suppress(Exception):  # a connection without the lake: the look-up says so
+                        cursor.execute(stmts.use(lake.alias))
                 row = cursor.execute(stmts.step_materialization(), params).fetchone()
                 snapshot = (cursor.execute(stmts.step_snapshot(lake.alias), params).fetchone()
                             if row is not None else None)
