@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from sqlglot import exp
 
@@ -377,14 +378,14 @@ def widens(was: str, now: str) -> bool:
     return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) >= int(a.group(1)))
 
 
-def seed_stage() -> str:
+def seed_stage(options: dict[str, Any] | None = None) -> str:
     """``CREATE OR REPLACE TEMPORARY TABLE __lakewrap_stage AS SELECT * FROM read_csv($path, ...)``.
 
-    The CSV dialect is the one DuckLake seeds use (``compilers.lake.seed_table``).
+    The CSV dialect and types are the ones DuckLake seeds use (``compilers.lake.seed_table``).
     """
     from lakewrap.compilers.lake import seed_table
 
-    create = seed_table("s", "t")[1]  # parse the shared statement and retarget it at the stage
+    create = seed_table("s", "t", options)[1]  # parse the shared statement and retarget it at the stage
     import sqlglot
 
     tree = sqlglot.parse_one(create, read="duckdb")

@@ -8,6 +8,8 @@ literals (``LOAD``, ``ATTACH``) are string literals escaped by sqlglot, never cr
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlglot import exp
 
 from lakewrap.compilers import sql as q
@@ -228,22 +230,73 @@ def drop_table(schema: str, name: str) -> str:
     return q.render(exp.Drop(tables=[q.table(schema, name)], kind="TABLE", exists=True))
 
 
-def seed_table(schema: str, name: str) -> tuple[str, str]:
+def _read_csv(options: dict[str, Any] | None, *, rejects: bool = False) -> exp.Table:
+    """``read_csv($path, <the seed's dialect>)`` as a table (``rejects``: ``store_rejects = TRUE``)."""
+    options = dict(options or {})
+    dialect: dict[str, exp.Expr] = {
+        "header": exp.Boolean(this=bool(options.pop("header", True))),
+        "delim": exp.Literal.string(options.pop("delim", ",")),
+        "quote": exp.Literal.string(options.pop("quote", '"')),
+        "escape": exp.Literal.string(options.pop("escape", '"')),
+        "skip": exp.Literal.number(0)}
+    for key in ("nullstr", "dateformat", "timestampformat", "types", "columns"):
+        value = options.pop(key, None)
+        if value is None:
+            continue
+        if key == "nullstr":
+            dialect[key] = exp.Array(expressions=[exp.Literal.string(v) for v in value])
+        elif key in ("types", "columns"):  # {'column': 'TYPE', ...}: DuckDB parses each type itself
+            dialect[key] = exp.Struct(expressions=[exp.PropertyEQ(this=exp.Identifier(this=c, quoted=True),
+                                                                  expression=exp.Literal.string(t))
+                                                   for c, t in value])
+        else:
+            dialect[key] = exp.Literal.string(value)
+    if options:
+        raise ValueError(f"unknown read_csv options {sorted(options)}")
+    if rejects:
+        dialect["store_rejects"] = exp.true()
+    return exp.Table(this=exp.Anonymous(this="read_csv", expressions=[
+        q.param("path"), *(exp.EQ(this=exp.column(k), expression=v) for k, v in dialect.items()),
+    ]))
+
+
+def seed_rejects(options: dict[str, Any] | None = None) -> str:
+    """``SELECT * FROM read_csv($path, <the seed's dialect>, store_rejects = TRUE)``: the values that
+    do not read are kept in DuckDB's ``reject_errors`` table (with their byte positions) instead of
+    failing; run in a private in-memory session to locate a failed seed's first bad value."""
+    return q.render(exp.select(exp.Star()).from_(_read_csv(options, rejects=True)))
+
+
+def seed_reject_errors() -> str:
+    """The values a ``store_rejects`` read kept: byte position, column, error type, message."""
+    return _constant("SELECT byte_position, column_name, error_type, error_message FROM reject_errors "
+                     "ORDER BY byte_position")
+
+
+def seed_table(schema: str, name: str, options: dict[str, Any] | None = None) -> tuple[str, str]:
     """(create schema, replace table): a seed table from a CSV (the path is the parameter ``$path``).
 
     The dialect is fixed (RFC 4180: a header line, ``,`` between fields, ``"`` quoting and ``""``
-    inside quotes, no lines skipped); only the column types are detected. Left to its sniffer, DuckDB
-    reads a file with ragged rows as one column, or takes a longer later line as the header and
-    loads no rows, without an error.
+    inside quotes, no lines skipped) unless the seed's sidecar changes it (``options``, from
+    :meth:`lakewrap.seedformat.CsvFormat.read_options`: ``delim``, ``quote``, ``escape``, ``header``,
+    ``nullstr``, ``dateformat``, ``timestampformat``, and ``types`` or ``columns`` as
+    ``[[column, type], ...]``); the types of columns not declared are detected. Left to its
+    sniffer, DuckDB reads a file with ragged rows as one column, or takes a longer later line as the
+    header and loads no rows, without an error.
     """
-    dialect = {"header": exp.true(), "delim": exp.Literal.string(","), "quote": exp.Literal.string('"'),
-               "escape": exp.Literal.string('"'), "skip": exp.Literal.number(0)}
-    read = exp.Anonymous(this="read_csv", expressions=[
-        q.param("path"), *(exp.EQ(this=exp.column(k), expression=v) for k, v in dialect.items()),
-    ])
+    read = _read_csv(options)
     create = exp.Create(this=q.table(schema, name), kind="TABLE", replace=True,
-                        expression=exp.select(exp.Star()).from_(exp.Table(this=read)))
+                        expression=exp.select(exp.Star()).from_(read))
     return q.render(exp.Create(this=exp.Table(db=q.ident(schema)), kind="SCHEMA", exists=True)), q.render(create)
+
+
+def snapshots_since(alias: str) -> str:
+    """Each snapshot from ``$since`` (inclusive) on: id, ``changes`` map, commit ``extra_info``."""
+    sid = exp.column("snapshot_id")
+    return q.render(exp.select(sid, exp.column("changes"), exp.column("commit_extra_info"))
+                    .from_(exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)))
+                    .where(exp.GTE(this=sid.copy(), expression=q.param("since")))
+                    .order_by(sid.copy()))
 
 
 def create_s3_secret(options: dict[str, str | bool]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from lakewrap.config import load_config
 from lakewrap.execute.executor import Result
 from lakewrap.runlog import RunLog
-from lakewrap.seedfiles import seed_files
+from lakewrap.seedfiles import Seed, seeds
 from lakewrap.signals import cancellable, settle
 from lakewrap.steps import (
     RunReport,
@@ -36,7 +36,7 @@ from lakewrap.substrates.registry import resolve
 
 # the names callers have imported from here since before lakewrap.steps
 __all__ = ["RunReport", "materialize_spec", "new_run_id", "partitions_for", "plan_model", "plan_partitions",
-           "probe_columns", "refuse_empty", "run_project", "seed_project", "serial_steps", "write_results"]
+           "probe_columns", "refuse_empty", "run_project", "seed_project", "seed_step", "serial_steps", "write_results"]
 
 
 def run_project(
@@ -85,13 +85,16 @@ def run_project(
 def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
     """Load ``seeds/**/*.csv`` into tables, replacing their content, one transaction per table.
 
-    ``seeds/raw/orders.csv`` → ``raw.orders``; ``seeds/x.csv`` → ``raw.x``. The run is recorded in
-    the run log (command ``seed``, one step per table) and ``run_results.json`` with its final status;
-    SIGINT/SIGTERM interrupt the table being loaded and cancel the rest (see :func:`serial_steps`).
+    ``seeds/raw/orders.csv`` → ``raw.orders``; ``seeds/x.csv`` → ``raw.x``; a sidecar
+    ``seeds/raw/orders.toml`` sets the dialect and column types (:mod:`lakewrap.seedformat`). A
+    file whose bytes and statements are what the table's last seed commit recorded, the table
+    unchanged since, is not loaded again: its result is ``unchanged`` and nothing is committed
+    (:func:`seed_step`). The run is recorded in the run log (command ``seed``, one step per table)
+    and ``run_results.json`` with its final status; SIGINT/SIGTERM interrupt the table being
+    loaded and cancel the rest (see :func:`serial_steps`).
     """
     root = root.resolve()
-    seeds = root / "seeds"
-    files = seed_files(root)  # every file checked before the first is loaded
+    found = seeds(root)  # every file and sidecar checked before the first is loaded
     now = datetime.now(timezone.utc)
     run_id = run_id or new_run_id(now)
     config = load_config(root)
@@ -105,17 +108,14 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
     log: RunLog | None = None
     try:
         log = RunLog.open(substrate.runlog(lake, log_con), lake.redact, run_id, "seed", args={"command": "seed"},
-                          executor="serial", workers=1, steps=len(files),
+                          executor="serial", workers=1, steps=len(found),
                           on_flush=lambda: write_results(root, folder, report))
         steps = []
-        for path in files:
-            rel = path.relative_to(root).as_posix()
-            parts = path.relative_to(seeds).with_suffix("").parts
-            schema, name = (parts[0], parts[-1]) if len(parts) > 1 else ("raw", parts[0])
-            compiled = seeder.plan(path, rel, schema, name)
-            steps.append((Result(model=rel, target=compiled.target, partition=None, strategy="seed",
+        for seed in found:
+            compiled = seeder.plan(seed)
+            steps.append((Result(model=seed.rel, target=compiled.target, partition=None, strategy="seed",
                                  status="cancelled", error="the run was cancelled"),
-                          partial(seeder.materialize, con, compiled)))
+                          partial(seed_step, seeder, con, seed, compiled)))
         serial_steps(report, con, steps, lambda r: substrate.resolve_outcome(lake, log_con, run_id, r), log.step)
     finally:
         report.finished_at = datetime.now(timezone.utc).isoformat()
@@ -130,6 +130,25 @@ def seed_project(root: Path, *, run_id: str | None = None) -> RunReport:
         lake.close(con)
         write_results(root, folder, report)
     return report
+
+
+def seed_step(seeder: Any, con: Any, seed: Seed, compiled: Any) -> Result:
+    """One seed: ``unchanged`` (nothing committed) when the lake's record of the commit that left the
+    table as it is holds this plan's ``sql_sha256`` and this file's ``sha256``; else the load, with
+    the file's hash recorded in its commit (``seed_sha256``)."""
+    warning = None
+    try:
+        held = seeder.loaded(con, compiled.target)
+    except Exception as exc:  # the lake's records unreadable: load (a load is always right)
+        held, text = None, str(exc).strip()
+        warning = f"could not read the table's last seed commit ({text.splitlines()[0] if text else exc}); loaded"
+    if held == (compiled.sql_sha256, seed.sha256):
+        return Result(model=seed.rel, target=compiled.target, partition=None, strategy="seed", status="unchanged",
+                      sql_sha256=compiled.sql_sha256)
+    result: Result = seeder.materialize(con, compiled, provenance={"seed_sha256": seed.sha256})
+    if warning is not None:
+        result.warnings.append(warning)
+    return result
 
 
 def serial_steps(report: RunReport, con: Any, steps: Iterable[tuple[Result, Callable[[], Result]]],

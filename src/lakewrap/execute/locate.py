@@ -182,6 +182,11 @@ def located(exc: BaseException, path: str, root: Path | None, *, compiled: Compi
             exc.args = (exc.render(),)
         return exc
     text = str(exc).strip() or type(exc).__name__
+    if path.endswith(".csv"):  # a seed's value that does not read: at the CSV's line and column
+        from lakewrap.seederrors import csv_error
+
+        if (bad := csv_error(text, root, path)) is not None:
+            return bad
     own = next((st for st in compiled.statements if st.sql == statement), None) if compiled else None
     role = given or (own.role if own is not None else ("lakewrap" if statement is not None else None))
     debug = redact(_debug(exc, text, statement, role))

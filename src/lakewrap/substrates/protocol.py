@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from lakewrap.project import Project
     from lakewrap.provenance import Materialization, Reproduction, RunOrSnapshot
     from lakewrap.runlog import Store
+    from lakewrap.seedfiles import Seed
     from lakewrap.spec import ModelSpec
     from lakewrap.stale import Feed, StaleModel
 
@@ -202,13 +203,20 @@ class StepRecords(Protocol):
 
 
 class Seeder(Protocol):
-    """``lakewrap seed``: one commit per CSV file, replacing the table."""
+    """``lakewrap seed``: one commit per CSV file, replacing the table (docs/seeds.md)."""
 
     def connect(self) -> Any: ...
 
-    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan: ...
+    def plan(self, seed: Seed) -> CompiledPlan:
+        """The seed's load: ``read_csv`` with the seed's format (:meth:`CsvFormat.read_options`)."""
 
-    def materialize(self, con: Any, compiled: CompiledPlan) -> Result: ...
+    def loaded(self, con: Any, target: str) -> tuple[str, str] | None:
+        """(``sql_sha256``, ``seed_sha256``) the lake recorded in the seed commit that left table
+        ``target`` as it is now; None when another commit changed it since, or none recorded (a
+        substrate that cannot tell returns None: every seed then loads)."""
+
+    def materialize(self, con: Any, compiled: CompiledPlan, *, provenance: dict[str, Any] | None = None) -> Result:
+        """Commit the load; ``provenance`` (``{"seed_sha256": ...}``) is recorded with the commit."""
 
 
 class Substrate:

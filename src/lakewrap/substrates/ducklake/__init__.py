@@ -25,13 +25,12 @@ if TYPE_CHECKING:
     from lakewrap.plan import Plan
     from lakewrap.provenance import Materialization, RunOrSnapshot
     from lakewrap.runlog import Store
-    from lakewrap.seedfiles import SqlSeeder
     from lakewrap.spec import ModelSpec
     from lakewrap.substrates.ducklake.feed import DuckLakeFeed
     from lakewrap.substrates.ducklake.maintain import DuckLakeMaintainer
     from lakewrap.substrates.ducklake.materialize import Executor
     from lakewrap.substrates.ducklake.provenance import DuckLakeProvenance
-    from lakewrap.substrates.ducklake.run import Records
+    from lakewrap.substrates.ducklake.run import Records, Seeder
 
 
 class DuckLake(Substrate):
@@ -78,10 +77,10 @@ class DuckLake(Substrate):
 
         return Records(con, lake.alias)
 
-    def seeder(self, lake: Lake, run_id: str, folder: Path) -> SqlSeeder:
-        from lakewrap.seedfiles import SqlSeeder
+    def seeder(self, lake: Lake, run_id: str, folder: Path) -> Seeder:
+        from lakewrap.substrates.ducklake.run import Seeder
 
-        return SqlSeeder(lake, self.materializer(lake, run_id, folder), self.name)
+        return Seeder(lake, self.materializer(lake, run_id, folder), self.name)
 
     def runlog(self, lake: Lake, con: Any) -> Store:
         from lakewrap.substrates.ducklake.run import runlog

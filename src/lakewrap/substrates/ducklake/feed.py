@@ -37,7 +37,7 @@ def current_snapshot(con: Any, alias: str) -> int:
     return int(con.execute(q.current_snapshot(alias)).fetchone()[0])
 
 
-def _identity(con: Any, alias: str, table: str) -> tuple[str, int] | None:
+def current_identity(con: Any, alias: str, table: str) -> tuple[str, int] | None:
     """The current table id of ``table`` and the snapshot that created it (None: not a lake table)."""
     from lakewrap.compilers import stale as q
 
@@ -83,7 +83,7 @@ class DuckLakeFeed:
                 time_part: bool) -> Iterable[tuple[str | None, str]]:
         since = min(r.pin for r in records)
         try:
-            identity = _identity(self.con, self.alias, table)
+            identity = current_identity(self.con, self.alias, table)
             altered = _altered_after(self.con, self.alias, identity, since) if identity else None
         except Exception as exc:  # DuckLake's metadata tables unreadable: assume the worst
             for r in records:

@@ -1,5 +1,5 @@
-"""The run roles of DuckLake: planning a step, a step's outcome looked up, the records a run skips
-by, and where the run log lives (seeds: :class:`lakewrap.seedfiles.SqlSeeder`).
+"""The run roles of DuckLake: planning a step, a seed's record, a step's outcome looked up, the
+records a run skips by, and where the run log lives (seeds: :class:`lakewrap.seedfiles.SqlSeeder`).
 
 The state of record is ``lakewrap.materializations`` in the catalog, committed in the same
 transaction as the data; the run log lives in the catalog database too (:mod:`lakewrap.runlog`).
@@ -7,12 +7,16 @@ transaction as the data; the run log lives in the catalog database too (:mod:`la
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.execute import statements as stmts
 from lakewrap.outcome import landed, needs_lookup, unanswered
+from lakewrap.seedfiles import SqlSeeder
 from lakewrap.skips import appended
 from lakewrap.spec import DynamicPartitioning
 from lakewrap.steps import plan_model, probe_columns
@@ -39,6 +43,42 @@ def plan_step(con: Any, spec: ModelSpec, value: str | None, now: datetime) -> Pl
                       probe=lambda plan: probe_columns(con, plan))
 
 
+class Seeder(SqlSeeder):
+    """``lakewrap seed`` on DuckLake: the shared SQL seed, and what the table's last seed commit recorded."""
+
+    lake: Lake
+
+    def loaded(self, con: Any, target: str) -> tuple[str, str] | None:
+        """(``sql_sha256``, ``seed_sha256``) of the seed commit that created the current table
+        ``target``, when no later snapshot changed that table (None: not so, or not known).
+
+        The table's identity (its table id and creating snapshot) is read from DuckLake's metadata
+        tables, as the change feed reads it; the creating snapshot's commit message is lakewrap's
+        (``strategy`` seed); every later snapshot's ``changes`` is checked for the table id.
+        """
+        from lakewrap.substrates.ducklake.feed import CHANGE_KINDS, current_identity
+
+        alias = self.lake.alias
+        identity = current_identity(con, alias, target)
+        if identity is None:
+            return None
+        table_id, created = identity
+        rows = con.execute(stmts.snapshots_since(alias), {"since": created}).fetchall()
+        if not rows or int(rows[0][0]) != created:
+            return None
+        extra = json.loads(rows[0][2]) if rows[0][2] else {}
+        if extra.get("strategy") != "seed" or extra.get("target") != target:
+            return None
+        for _, kinds, _ in rows[1:]:
+            if any(table_id in (kinds.get(k) or ()) for k in CHANGE_KINDS):
+                return None
+        sha = (extra.get("pins") or {}).get("seed_sha256")
+        return (str(extra.get("sql_sha256")), str(sha)) if sha else None
+
+    def materialize(self, con: Any, compiled: CompiledPlan, *, provenance: dict[str, Any] | None = None) -> Result:
+        return self.materializer.materialize(con, compiled, provenance=provenance)  # type: ignore[call-arg]
+
+
 def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result:
     """``result`` as the lake has it (:mod:`lakewrap.outcome`): its ``lakewrap.materializations`` row
     and the snapshot whose commit message names the step.
@@ -54,6 +94,9 @@ def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result
         cursor = lake.connect() if own else con
         try:
             with lake.statement_lock:  # the coordinator's connection is shared with the run log
+                if not own:  # a cursor of the seed's connection does not inherit its USE
+                    with suppress(Exception):  # a connection without the lake: the look-up says so
+                        cursor.execute(stmts.use(lake.alias))
                 row = cursor.execute(stmts.step_materialization(), params).fetchone()
                 snapshot = (cursor.execute(stmts.step_snapshot(lake.alias), params).fetchone()
                             if row is not None else None)

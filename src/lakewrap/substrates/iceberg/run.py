@@ -8,9 +8,9 @@ The run log, which Iceberg has no place for, is a DuckDB file of its own (``[lak
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.compilers import iceberg as ice
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from lakewrap.plan import Plan
     from lakewrap.project import Project
     from lakewrap.runlog import Store
+    from lakewrap.seedfiles import Seed
     from lakewrap.spec import ModelSpec
     from lakewrap.stale import StaleModel
     from lakewrap.substrates.iceberg.commit import IcebergExecutor
@@ -69,12 +70,12 @@ def state_watermark(lake: IcebergLake, target: str) -> datetime | None:
     return max(found) if found else None
 
 
-def seed_plan(path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-    """Replace ``schema.name`` with the rows of the CSV file at ``path`` (one pyiceberg commit)."""
-    statements = (CompiledStatement(role="stage", sql=ice.seed_stage(),
-                                    params={"path": Param(type="VARCHAR", value=str(path))}),)
-    commits = (ice.seed_commit(f"{schema}.{name}"),)
-    return CompiledPlan(model=path.stem, path=rel, target=f"{schema}.{name}", strategy="seed",
+def seed_plan(seed: Seed) -> CompiledPlan:
+    """Replace ``schema.name`` with the rows of the seed's CSV file (one pyiceberg commit)."""
+    statements = (CompiledStatement(role="stage", sql=ice.seed_stage(seed.format.read_options()),
+                                    params={"path": Param(type="VARCHAR", value=str(seed.path))}),)
+    commits = (ice.seed_commit(seed.target),)
+    return CompiledPlan(model=seed.path.stem, path=seed.rel, target=seed.target, strategy="seed",
                         substrate="iceberg", write_path="pyiceberg", window=None, idempotent=True,
                         idempotent_note="a re-run replaces the table's content", statements=statements,
                         sql_sha256=CompiledPlan.digest(statements, commits), commits=commits)
@@ -92,11 +93,25 @@ class Seeder:
 
         return IcebergLake.connect(self.lake)  # the pyiceberg write path's session, also under write path sql
 
-    def plan(self, path: Path, rel: str, schema: str, name: str) -> CompiledPlan:
-        return seed_plan(path, rel, schema, name)
+    def plan(self, seed: Seed) -> CompiledPlan:
+        return seed_plan(seed)
 
-    def materialize(self, con: Any, compiled: CompiledPlan) -> Result:
-        return self.executor.materialize(con, compiled)
+    def loaded(self, con: Any, target: str) -> tuple[str, str] | None:
+        """(``sql_sha256``, ``seed_sha256``) in the summary of the table's current snapshot when a
+        lakewrap seed commit made it (None: another commit came after, or no table): seeds commit
+        through pyiceberg on both write paths, so the summary holds the record."""
+        from lakewrap.substrates.iceberg.summary import PREFIX
+
+        table = self.lake.load(target)
+        snap = table.current_snapshot() if table is not None else None
+        props = snap.summary.additional_properties if snap is not None and snap.summary is not None else {}
+        if props.get(PREFIX + "strategy") != "seed" or props.get(PREFIX + "target") != target:
+            return None
+        sha = props.get(PREFIX + "seed_sha256")
+        return (props.get(PREFIX + "sql_sha256", ""), str(json.loads(sha))) if sha else None
+
+    def materialize(self, con: Any, compiled: CompiledPlan, *, provenance: dict[str, Any] | None = None) -> Result:
+        return self.executor.materialize(con, compiled, provenance=provenance)
 
 
 def resolve_outcome(lake: IcebergLake, run_id: str, result: Result, materializations: Materializations) -> Result:
