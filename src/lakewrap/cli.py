@@ -438,5 +438,9 @@ from lakewrap.cli_provenance import register  # noqa: E402  (registered on the g
 
 register(main)
 
+from lakewrap.cli_envs import register as register_envs  # noqa: E402
+
+register_envs(main, _emit_run)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
