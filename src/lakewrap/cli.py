@@ -113,13 +113,18 @@ def _emit_run(report: Any, fmt: str) -> None:
 
 
 def resume_command(run_id: str) -> str:
-    """The exact ``lakewrap resume RUN_ID`` for this invocation (``--project`` when it was given)."""
+    """The exact ``lakewrap resume RUN_ID`` for this invocation (``--project`` when it was given,
+    ``--env`` when the run had one)."""
     import shlex
 
     ctx = click.get_current_context()
     command = ["lakewrap", "resume", run_id]
     if ctx.get_parameter_source("project") not in (None, click.core.ParameterSource.DEFAULT):
         command += ["--project", str(ctx.params["project"])]
+    from lakewrap.config_env import chosen
+
+    if (env := chosen()) is not None:  # the run's environment (--env or LAKEWRAP_ENV)
+        command += ["--env", env]
     return shlex.join(command)
 
 
