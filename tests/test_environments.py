@@ -348,3 +348,32 @@ def test_state_compares_with_another_environment_given_by_state(project: Path) -
 def test_state_on_a_lake_that_does_not_exist_is_every_model_new(project: Path) -> None:
     assert selected(project, "--env", "prod", "state:new") == {"sales.orders", "sales.big", "sales.top"}
     assert not (project / ".lakewrap").exists()  # read-only: no lake created
+
+
+def test_state_selection_and_promote_on_iceberg_lakes(tmp_path: Path) -> None:
+    """Environments, state: and promote read the substrate's own records: here two Iceberg lakes
+    (pyiceberg's embedded SQL catalog)."""
+    root = tmp_path / "ice"
+    (root / "models" / "sales").mkdir(parents=True)
+    (root / "lakewrap.toml").write_text(
+        '[lake]\nsubstrate = "iceberg"\n\n'
+        '[env.prod.lake]\npath = ".lakewrap/prod.db"\nwarehouse = ".lakewrap/wh-prod"\n'
+        'runlog = ".lakewrap/prod-runlog.duckdb"\n\n'
+        '[env.dev.lake]\npath = ".lakewrap/dev.db"\nwarehouse = ".lakewrap/wh-dev"\n'
+        'runlog = ".lakewrap/dev-runlog.duckdb"\n')
+    (root / "models" / "sales" / "orders.sql").write_text(ORDERS)
+    (root / "models" / "sales" / "big.sql").write_text(BIG)
+    write_seed(root, ROWS_V1)
+    for env in ("dev", "prod"):
+        cli(root, "seed", "--env", env)
+    cli(root, "run", "--env", "dev")
+    assert selected(root, "--env", "prod", "state:new") == {"sales.orders", "sales.big"}
+    assert selected(root, "--env", "dev", "state:modified") == set()
+    (root / "models" / "sales" / "big.sql").write_text(BIG.replace("amount * 2", "amount * 4"))
+    assert selected(root, "--env", "dev", "state:modified+") == {"sales.big"}
+    result = cli(root, "promote", "--from", "dev", "--to", "prod", "orders", "big", code=1)
+    assert "models/sales/big.sql: the SQL differs from what `dev` built" in result.output
+    cli(root, "promote", "--from", "dev", "--to", "prod", "orders")
+    cli(root, "promote", "--from", "dev", "--to", "prod", "big", "--force")
+    got = sorted((r["id"], r["doubled"]) for r in query(root, "prod", "SELECT * FROM sales.big"))
+    assert got == big_of(ROWS_V1, factor=4)
