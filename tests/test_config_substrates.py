@@ -49,7 +49,7 @@ def test_each_substrate_gets_its_own_record(tmp_path: Path) -> None:
 def test_the_cached_config_decodes_to_the_same_record(tmp_path: Path, toml: str) -> None:
     validated = lake_of(tmp_path, toml)
     config_module._LOADED.clear()  # the next load reads target/cache/config.json
-    cached = json.loads((tmp_path / config_module.CONFIG_CACHE).read_text())["config"]["lake"]
+    cached = json.loads((tmp_path / config_module.CONFIG_CACHE).read_text())["configs"][""]["lake"]
     assert cached["substrate"] == validated.substrate
     again = load_config(tmp_path).lake
     assert again == validated and type(again) is type(validated)

@@ -113,13 +113,18 @@ def _emit_run(report: Any, fmt: str) -> None:
 
 
 def resume_command(run_id: str) -> str:
-    """The exact ``lakewrap resume RUN_ID`` for this invocation (``--project`` when it was given)."""
+    """The exact ``lakewrap resume RUN_ID`` for this invocation (``--project`` when it was given,
+    ``--env`` when the run had one)."""
     import shlex
 
     ctx = click.get_current_context()
     command = ["lakewrap", "resume", run_id]
     if ctx.get_parameter_source("project") not in (None, click.core.ParameterSource.DEFAULT):
         command += ["--project", str(ctx.params["project"])]
+    from lakewrap.config_env import chosen
+
+    if (env := chosen()) is not None:  # the run's environment (--env or LAKEWRAP_ENV)
+        command += ["--env", env]
     return shlex.join(command)
 
 
@@ -437,6 +442,10 @@ def shell_cmd(print_only: bool, project: Path) -> None:
 from lakewrap.cli_provenance import register  # noqa: E402  (registered on the group defined above)
 
 register(main)
+
+from lakewrap.cli_envs import register as register_envs  # noqa: E402
+
+register_envs(main, _emit_run)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -110,7 +110,7 @@ def _show_table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title:
     Console(highlight=False, soft_wrap=True).print(table)
 
 
-project_option = click.option(
+_project = click.option(
     "--project",
     "project",
     type=click.Path(file_okay=False, path_type=Path),
@@ -118,3 +118,42 @@ project_option = click.option(
     show_default="the current directory",
     help="The project folder (holds models/).",
 )
+
+
+def _setenv(variable: str) -> Callable[[click.Context, click.Parameter, str | None], None]:
+    """A callback that sets ``variable`` for the command (worker processes inherit it) and puts the
+    previous value back when the command ends (in-process callers such as tests run many)."""
+    import os
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value is None:
+            return
+        before = os.environ.get(variable)
+        os.environ[variable] = value
+
+        def restore() -> None:
+            if before is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = before
+
+        ctx.call_on_close(restore)
+
+    return callback
+
+
+def project_option(fn: F) -> F:
+    """``--project DIR`` and ``--env NAME`` (``LAKEWRAP_ENV``, docs/environments.md); on commands that
+    take selectors also ``--state ENV`` (the lake ``state:`` selectors compare with)."""
+    import inspect
+
+    from lakewrap.config_env import ENV_VAR
+    from lakewrap.state_select import STATE_VAR
+
+    if "selectors" in inspect.signature(fn).parameters:
+        fn = click.option("--state", "state_env", expose_value=False, callback=_setenv(STATE_VAR),
+                          help="state:modified/state:new compare with this environment's lake "
+                          "(default: the --env one).")(fn)
+    fn = click.option("--env", "env_name", expose_value=False, callback=_setenv(ENV_VAR), is_eager=True,
+                      help=f"The [env.NAME] of lakewrap.toml to use (default: ${ENV_VAR}).")(fn)
+    return _project(fn)  # type: ignore[no-any-return]

@@ -332,11 +332,17 @@ class ProjectConfig(Frozen):
     run: RunConfig = field(default_factory=RunConfig)
     maintain: MaintainConfig = field(default_factory=MaintainConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    # set by load_config, never read from the file: the environment this config is (None: the file's
+    # own [lake] and [run]), the environment it defers to, and every environment the file defines
+    env: str | None = None
+    defer: str | None = None
+    envs: tuple[str, ...] = ()
 
 
 CONFIG_CACHE = Path("target") / "cache" / "config.json"
-# lakewrap.toml files read in this process, by (project, sha256 of the file)
-_LOADED: dict[tuple[str, str], ProjectConfig] = {}
+# lakewrap.toml files read in this process, by (project, sha256 of the file): the config of the
+# file's own [lake] and [run] (key "") and of each environment (its name)
+_LOADED: dict[tuple[str, str], dict[str, ProjectConfig]] = {}
 
 
 # Characters DuckDB reads as more than a path: a glob (``*``, ``?``, ``[``), a separator (``\\``,
@@ -360,52 +366,65 @@ def check_project_path(root: Path) -> None:
                           hint="move or rename the folder to a path without * ? [ \\ or control characters")
 
 
-def load_config(root: Path) -> ProjectConfig:
-    """Read ``<root>/lakewrap.toml`` (absent: the embedded default).
+def load_config(root: Path, env: str | None = None) -> ProjectConfig:
+    """Read ``<root>/lakewrap.toml`` (absent: the embedded default), as environment ``env`` (default:
+    ``LAKEWRAP_ENV``; none: the file's own ``[lake]`` and ``[run]``; :mod:`lakewrap.config_env`).
 
     The validated config is kept in ``target/cache/config.json`` under the file's sha256 and the
     code key of the compile cache, so a run whose ``lakewrap.toml`` did not change neither parses
-    nor validates it again (validating imports pydantic, ~70 ms).
+    nor validates it again (validating imports pydantic, ~70 ms). Every environment is validated
+    when the file is, so a typo in any of them is reported whichever is chosen.
     """
+    from lakewrap.config_env import chosen, unknown
+
     check_project_path(root)
+    name = chosen(env)
     path = root / CONFIG_FILE
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
+        if name is not None:
+            raise unknown(name, []) from None
         return ProjectConfig()
     except OSError as exc:
         raise ConfigError(f"cannot read lakewrap.toml: {exc.strerror}", location=Location(CONFIG_FILE)) from None
     digest = hashlib.sha256(raw).hexdigest()
     memo = (str(root), digest)
-    config = _LOADED.get(memo) or _cached(root, digest)
-    if config is None:
-        config = _validate(raw)
-        _save(root, digest, config)
-    _LOADED[memo] = config
-    return config
+    configs = _LOADED.get(memo) or _cached(root, digest)
+    if configs is None:
+        configs = _validate(raw)
+        _save(root, digest, configs)
+    _LOADED[memo] = configs
+    if name is None:
+        return configs[""]
+    if name not in configs or not name:
+        raise unknown(name, [k for k in configs if k])
+    return configs[name]
 
 
-def _cached(root: Path, digest: str) -> ProjectConfig | None:
+def _cached(root: Path, digest: str) -> dict[str, ProjectConfig] | None:
     from lakewrap.targetdir import code_key
 
     try:
         doc = json.loads((root / CONFIG_CACHE).read_bytes())
         if doc["sha256"] == digest and doc["key"] == code_key():
-            return ProjectConfig.decode(doc["config"])
+            return {name: ProjectConfig.decode(c) for name, c in doc["configs"].items()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         pass  # none yet, another file's or version's, or damaged: validate the file
     return None
 
 
-def _save(root: Path, digest: str, config: ProjectConfig) -> None:
+def _save(root: Path, digest: str, configs: dict[str, ProjectConfig]) -> None:
     from lakewrap.targetdir import code_key, write_atomic
 
     with contextlib.suppress(OSError):  # a read-only project validates its config on every run
-        write_atomic(root / CONFIG_CACHE, json.dumps({"sha256": digest, "key": code_key(), "config": config.dump()}))
+        write_atomic(root / CONFIG_CACHE, json.dumps({"sha256": digest, "key": code_key(),
+                                                      "configs": {n: c.dump() for n, c in configs.items()}}))
 
 
-def _validate(raw: bytes) -> ProjectConfig:
-    """Parse and validate the file's bytes; a :class:`ConfigError` with its line on any problem."""
+def _validate(raw: bytes) -> dict[str, ProjectConfig]:
+    """Parse and validate the file's bytes: the base config (key ``""``) and each environment's; a
+    :class:`ConfigError` with its line on any problem."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
@@ -425,8 +444,18 @@ def _validate(raw: bytes) -> ProjectConfig:
         raise ConfigError(f"lakewrap.toml is not valid TOML: {str(exc).split(' (at')[0]}",
                           location=Location(CONFIG_FILE, line, col, snippet),
                           hint="check quotes and brackets; see docs/configuration.md") from None
+    from lakewrap import config_env
+
+    for key in ("defer", "envs"):  # set by load_config, never read from the file's top level
+        if key in data:
+            raise ConfigError(f"lakewrap.toml: unknown key `{key}`",
+                              location=Location(CONFIG_FILE, find_line(text, key)),
+                              hint="an environment's defer goes in its own section: [env.<name>] defer = \"prod\"")
+    envs = config_env.split(data, text)
     lake = data.get("lake")
-    sections = [lake, *(lake.get(k) for k in ("s3", "glue", "rest"))] if isinstance(lake, dict) else []
+    lakes = [lake, *(e["lake"] for e in envs.values())]
+    sections = [t for tbl in lakes if isinstance(tbl, dict)
+                for t in (tbl, *(tbl.get(k) for k in ("s3", "glue", "rest")))]
     for section in sections:
         if not isinstance(section, dict):
             continue
@@ -440,6 +469,22 @@ def _validate(raw: bytes) -> ProjectConfig:
     from pydantic import ValidationError
 
     try:
-        return ProjectConfig.validate(data)
+        base = ProjectConfig.validate(data)
     except ValidationError as exc:
         raise located(exc.errors()[0], text, lake if isinstance(lake, dict) else None, config_classes()) from None
+    names = tuple(envs)
+    out = {"": base.replace(envs=names)}
+    for name, body in envs.items():
+        merged = {k: v for k, v in data.items() if k not in ("lake", "run")}
+        merged.update({k: body[k] for k in ("lake", "run") if body[k] is not None})
+        try:
+            config = ProjectConfig.validate(merged)
+        except ValidationError as exc:
+            err = located(exc.errors()[0], text, body["lake"] if isinstance(body["lake"], dict) else None,
+                          config_classes())
+            raise config_env.relocated(err, exc.errors()[0], text, name) from None
+        out[name] = config.replace(env=name, defer=body["defer"], envs=names)
+    for config in out.values():
+        if config.defer is not None:
+            config_env.check_defer(config, out[config.defer], text)
+    return out

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lakewrap.errors import Location, NotAProject, ProjectError, SelectionError, suggest
 from lakewrap.spec import ModelSpec
@@ -85,6 +86,8 @@ class Project:
 
     root: Path
     models: dict[str, ModelSpec] = field(default_factory=dict)  # by target key
+    # what a lake recorded, by environment, once a `state:` selector asked (lakewrap.state_select)
+    states: dict[str | None, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, root: Path, *, paths: Iterable[Path] | None = None) -> Project:
@@ -140,7 +143,8 @@ class Project:
         """Models matching any selector (all when none), minus excluded ones, in DAG order.
 
         Grammar: ``name``, ``schema.name``, ``+name`` (with upstreams), ``name+`` (with
-        downstreams), ``tag:x``, ``path:models/x`` (a file or folder); selectors are unioned.
+        downstreams), ``tag:x``, ``path:models/x`` (a file or folder), ``state:modified`` and
+        ``state:new`` (:mod:`lakewrap.state_select`); selectors are unioned.
         """
         sels = list(selectors)
         keys = set(self.models) if not sels else set().union(*(self._match(s) for s in sels))
@@ -162,6 +166,10 @@ class Project:
                 tags = sorted({t for s in self.models.values() for t in s.tags})
                 raise SelectionError(f"no model has tag `{tag}`",
                                      hint=f"tags in this project: {', '.join(tags) or '(none)'}")
+        elif core.startswith("state:"):
+            from lakewrap.state_select import match
+
+            base = match(self, core[6:])
         elif core.startswith("path:"):
             want = core[5:].strip("/")
             if want.startswith("/") or ".." in want.split("/"):

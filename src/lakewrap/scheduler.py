@@ -316,6 +316,9 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
     project = load_project(root, cache)
     selected = project.select(opts.selectors, opts.exclude)
     refuse_empty(selected, opts.selectors, opts.exclude)
+    if any("state:" in s for s in (*opts.selectors, *opts.exclude)):
+        # what `state:` selects changes as the run commits: a resume runs the models selected now
+        opts.selectors, opts.exclude = tuple(str(s.target) for s in selected), ()
     if opts.stale:
         from lakewrap.stale import plan_stale
 

@@ -47,6 +47,9 @@ class Lake:
     # about five full test runs (a segfault, an abort). Each statement still uses every core.
     statement_lock: threading.RLock = field(default_factory=threading.RLock)
     _shared: Any = field(default=None, repr=False)  # the instance ``shared()`` hands out cursors of
+    # the environment's ``defer``: the other lake, attached read-only beside this one
+    # (lakewrap.substrates.ducklake.defer); None without defer and on read-only handles
+    defer: Any = None
     # one writer per table (lakewrap.scheduler): concurrent DuckLake writers of one table only conflict
     parallel_writers = False
 
@@ -72,7 +75,14 @@ class Lake:
                 hint="use substrate = \"ducklake\"",
             )
         root = root.resolve()
-        return cls(root, cfg, read_only, allow_paths=tuple(project.security.directories(root)))
+        defer = None
+        if project.defer is not None and not read_only:
+            from lakewrap.substrates.ducklake.defer import Deferred
+
+            other = load_config(root, project.defer).lake
+            assert isinstance(other, DuckLakeLakeConfig)  # config_env.check_defer
+            defer = Deferred(project.defer, other, root)
+        return cls(root, cfg, read_only, allow_paths=tuple(project.security.directories(root)), defer=defer)
 
     @property
     def alias(self) -> str:
@@ -184,6 +194,10 @@ class Lake:
         if cfg.catalog != "postgres":
             catalog = str(cfg.catalog_path(self.root).resolve())
             files += [catalog, catalog + ".wal"]
+        if self.defer is not None:
+            more_folders, more_files = self.defer.sandbox()
+            folders += more_folders
+            files += more_files
         return folders, files
 
     def runlog_path(self) -> Path:
@@ -250,6 +264,8 @@ class Lake:
             runlog.expose(con, runlog.attach_sqlite(con, self.runlog_path()) if self.config.catalog == "sqlite"
                           else sql.metadata_catalog(self.alias))
         try:
+            if self.defer is not None:
+                self.defer.attach(con)
             if not self.read_only:
                 self.ensure_state(con)
             # its SETs read the catalog too, which a concurrent commit may hold locked past SQLite's 5 s

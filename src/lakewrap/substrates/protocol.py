@@ -223,6 +223,8 @@ class Substrate:
     """One kind of lake. Subclasses set :attr:`name` and implement the roles."""
 
     name: ClassVar[str]
+    # Whether an environment's `defer` can read another lake of this substrate (docs/environments.md)
+    defers: ClassVar[bool] = False
     # The record ``[lake]`` is validated into when it names this substrate (``substrate = "<tag>"``):
     # a :class:`~lakewrap.config.SubstrateConfig` subclass with ``substrate: Literal["<tag>"]`` and
     # the substrate's own keys. The base takes no key but ``substrate`` (its tag is then ``name``).

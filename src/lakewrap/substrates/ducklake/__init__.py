@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 class DuckLake(Substrate):
     name = "ducklake"
     config_class = DuckLakeLakeConfig
+    defers = True
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.ducklake import DuckLakeCompiler
@@ -58,6 +59,12 @@ class DuckLake(Substrate):
         from lakewrap.substrates.ducklake.run import plan_step
 
         return plan_step(con, spec, partition, now)
+
+    def run_step(self, materializer: Executor, con: Any, spec: ModelSpec, compiled: CompiledPlan, *,
+                 drop_first: bool = False) -> Result:
+        """One step; its reads go along for an environment that defers (substrates/ducklake/defer.py)."""
+        reads = tuple(str(u) for u in spec.all_upstreams) if materializer.lake.defer is not None else ()
+        return materializer.materialize(con, compiled, reads=reads, drop_first=drop_first)
 
     def run_input(self, materializer: Executor, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
         from lakewrap.execute.lake import CONNECT_RETRY

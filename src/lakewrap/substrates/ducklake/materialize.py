@@ -70,6 +70,16 @@ class Executor(Materializer):
         create_fence = fenced_sha is None
         log.run(con, sql.BEGIN)
         pin = log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0]
+        deferred = self.lake.defer
+        views: tuple[list[str], list[str], list[str]] = ([], [], [])
+        if deferred is not None and job.reads:  # reads the own lake lacks: from the other env's lake
+            views = deferred.open_views(con, self.lake.alias, compiled.target, job.reads, log)
+            if views[0] and compiled.strategy == "view":  # a lasting view would name a view dropped at COMMIT
+                from lakewrap.errors import UnsupportedError
+
+                raise UnsupportedError(f"{compiled.path}: a view model cannot read a deferred table "
+                                       f"({', '.join(views[0])}): the view would outlive the read",
+                                       hint="build the upstream in this environment, or make the model a table")
         if create_fence:  # a model's first run creates its fence in the same transaction as its data
             for stmt in sql.fence_ddl(compiled.target):
                 log.run(con, stmt)
@@ -106,6 +116,9 @@ class Executor(Materializer):
         if (window := compiled.window) and window.kind == "dynamic":
             watermark = datetime.fromisoformat(window.end)
         pins = {"snapshot": pin, **job.provenance}
+        if views[0]:
+            deferred.close_views(con, compiled.target, views[1], views[2], log)
+            pins["deferred"] = deferred.record(views[0])
         checks.record(con, log, self.run_id, compiled, result.partition, outcomes)
         log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id, "sql_sha256": compiled.sql_sha256})
         log.run(con, sql.insert_materialization(), {

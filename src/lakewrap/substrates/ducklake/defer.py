@@ -1,0 +1,126 @@
+"""Deferring on DuckLake: the tables an environment's lake lacks, read from another environment's lake.
+
+An environment with ``defer = "prod"`` (``docs/environments.md``) attaches prod's lake read-only, as
+``lakewrap_defer``, beside its own, pinned at the snapshot that was prod's current one when the
+lake handle first connected (``ATTACH ... (READ_ONLY, SNAPSHOT_VERSION pin)``).
+
+The rule, per materialization: each table the model reads (its upstreams, the model's own target
+excepted) that the environment's own lake does not hold (no table or view of that name,
+read inside the materialization's transaction) and the other lake holds at the pin is deferred:
+inside that transaction a view of that name is created that reads ``lakewrap_defer.<schema>.<name>``
+(the pinned attachment), and dropped again
+before the commit, so nothing of it reaches the environment's lake (no snapshot records it) and
+nothing is written to the other lake (attached read-only). Selected models run before the models
+reading them, so a table this run builds is never deferred; a table present in the own lake is read
+there even when it is older than the other lake's.
+
+The pins of the materialization record ``"deferred": {"env": ..., "snapshot": pin, "tables": [...]}``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakewrap.errors import ConfigError, Location, relpath
+
+if TYPE_CHECKING:
+    from lakewrap.config import DuckLakeLakeConfig
+    from lakewrap.execute.log import StatementLog
+
+ALIAS = "lakewrap_defer"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass
+class Deferred:
+    """The lake an environment defers to, and the snapshot it is read at (set on first attach)."""
+
+    env: str
+    config: DuckLakeLakeConfig
+    root: Path
+    pin: int | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def sandbox(self) -> tuple[list[str], list[str]]:
+        """The other lake's data folder and catalog file, which the connection must read."""
+        cfg = self.config
+        data = cfg.data_location(self.root)
+        folders = [data if cfg.is_s3 else str(Path(data).resolve())]
+        files: list[str] = []
+        if cfg.catalog != "postgres":
+            catalog = str(cfg.catalog_path(self.root).resolve())
+            files += [catalog, catalog + ".wal"]
+        return folders, files
+
+    def attach(self, con: Any) -> None:
+        """Attach the other lake read-only on ``con`` and pin its current snapshot (once per handle)."""
+        cfg = self.config
+        path = cfg.catalog_path(self.root)
+        if cfg.catalog != "postgres" and not path.exists():
+            raise ConfigError(f"environment `{self.env}` (which this environment defers to) has no lake yet: "
+                              f"no catalog at {relpath(path, self.root)}", location=Location("lakewrap.toml"),
+                              hint=f"build it first (`lakewrap run --env {self.env}`), or remove defer")
+        spec = {"duckdb": str(path), "sqlite": f"sqlite:{path}", "postgres": f"postgres:{cfg.dsn}"}[cfg.catalog]
+
+        def attach(pin: int | None) -> None:
+            at = f", SNAPSHOT_VERSION {pin}" if pin is not None else ""
+            con.execute(f"ATTACH {_literal('ducklake:' + spec)} AS {ALIAS} "
+                        f"(DATA_PATH {_literal(cfg.data_location(self.root))}, READ_ONLY{at})")
+
+        with self._lock:
+            if self.pin is None:  # the other lake's current snapshot, read once for this handle
+                attach(None)
+                self.pin = int(con.execute(f"SELECT id FROM {ALIAS}.current_snapshot()").fetchone()[0])
+                con.execute(f"DETACH {ALIAS}")
+        attach(self.pin)
+
+    def _exists(self, con: Any, catalog: str, schema: str, name: str, log: StatementLog) -> bool:
+        sql = ("SELECT count(*) FROM (SELECT database_name, schema_name, table_name AS n FROM duckdb_tables() "
+               "UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views()) "
+               "WHERE database_name = $catalog AND lower(schema_name) = $schema AND lower(n) = $name")
+        return bool(log.run(con, sql, {"catalog": catalog, "schema": schema, "name": name}).fetchone()[0])
+
+    def open_views(self, con: Any, alias: str, target: str, reads: tuple[str, ...],
+                   log: StatementLog) -> tuple[list[str], list[str], list[str]]:
+        """Inside the open transaction: a view for each read the own lake lacks and the other lake
+        holds at the pin. Returns (deferred tables, views created, schemas created)."""
+        tables: list[str] = []
+        schemas: list[str] = []
+        for read in sorted({r.lower() for r in reads} - {target.lower()}):
+            schema, _, name = read.rpartition(".")
+            schema = schema or "main"
+            if self._exists(con, alias, schema, name, log) or not self._exists(con, ALIAS, schema, name, log):
+                continue
+            has_schema = log.run(con, "SELECT count(*) FROM duckdb_schemas() WHERE database_name = $catalog "
+                                 "AND lower(schema_name) = $schema", {"catalog": alias, "schema": schema}).fetchone()[0]
+            if not has_schema:
+                log.run(con, f"CREATE SCHEMA {_ident(schema)}")
+                schemas.append(schema)
+            log.run(con, f"CREATE VIEW {_ident(schema)}.{_ident(name)} AS SELECT * FROM "
+                    f"{ALIAS}.{_ident(schema)}.{_ident(name)}")
+            tables.append(f"{schema}.{name}")
+        return tables, list(tables), schemas
+
+    def close_views(self, con: Any, target: str, views: list[str], schemas: list[str], log: StatementLog) -> None:
+        """Before the commit: drop the views (and the schemas made for them, but the target's)."""
+        for view in views:
+            schema, _, name = view.rpartition(".")
+            log.run(con, f"DROP VIEW {_ident(schema)}.{_ident(name)}")
+        keep = target.lower().rpartition(".")[0]
+        for schema in schemas:
+            if schema != keep:
+                log.run(con, f"DROP SCHEMA {_ident(schema)}")
+
+    def record(self, tables: list[str]) -> dict[str, Any]:
+        """What the materialization's pins say of its deferred reads."""
+        return {"env": self.env, "snapshot": self.pin, "tables": tables}
