@@ -13,6 +13,9 @@ counts, the minutes taken and the load average before and after.
     .venv/bin/python tools/mutation.py --list                         # the targets, their code and tests
     .venv/bin/python tools/mutation.py --count guards                 # how many mutants, without running them
     nice -n 10 .venv/bin/python tools/mutation.py --hand redaction    # the hand-made mutants (HAND) instead
+    nice -n 19 .venv/bin/python tools/mutation.py --shard 1/2 partitions &   # half the mutants on each core,
+    nice -n 19 .venv/bin/python tools/mutation.py --shard 2/2 partitions     # each in its own scratch copy
+    nice -n 19 .venv/bin/python tools/mutation.py --minutes 30 partitions    # stop after 30 min, count what ran
 
 The survivors of the last run, each killed by a test or explained, are listed in docs/testing.md
 ("Mutation testing").
@@ -25,6 +28,7 @@ import ast
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -171,22 +175,32 @@ def check(name: str, target: Target, root: Path = ROOT) -> None:
             raise SystemExit(f"{name}: hand mutant {old!r} occurs {n} times in {module}, not once")
 
 
-def restrict(session: Path, scratch: Path, target: Target) -> None:
-    """Mark the mutants outside ``target.only``'s functions skipped in the cosmic-ray session."""
+def restrict(session: Path, scratch: Path, target: Target, shard: tuple[int, int] = (1, 1)) -> None:
+    """Mark the mutants outside ``target.only``'s functions skipped in the cosmic-ray session, and,
+    for ``shard`` (k, n), every mutant but the k-th of each n (in the order of the file: module,
+    line, column, operator)."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
     ranges = {(scratch / m).resolve(): line_ranges(scratch / m, names) for m, names in target.only.items()}
     with use_db(str(session), WorkDB.Mode.open) as db:
-        outside = []
+        outside, inside = [], []
         for item in db.pending_work_items:
             for mutation in item.mutations:
                 lines = ranges.get((scratch / mutation.module_path).resolve())
                 if lines is not None and not any(a <= mutation.start_pos[0] <= b for a, b in lines):
                     outside.append(item.job_id)
+                else:
+                    inside.append(((str(mutation.module_path), tuple(mutation.start_pos), mutation.operator_name,
+                                    mutation.occurrence), item.job_id))
         if outside:
             db.set_multiple_results(outside, WorkResult(output="outside the target's functions",
                                                         worker_outcome=WorkerOutcome.SKIPPED))
+        k, n = shard
+        other = [job for i, (_, job) in enumerate(sorted(inside)) if i % n != k - 1]
+        if other:
+            db.set_multiple_results(other, WorkResult(output=f"another shard's (not {k}/{n})",
+                                                      worker_outcome=WorkerOutcome.SKIPPED))
 
 
 def loadavg() -> str:
@@ -206,8 +220,10 @@ def copy_tree(dest: Path) -> None:
     (dest / "src" / "lakewrap" / "compilers").symlink_to(dest / "compilers", target_is_directory=True)
 
 
-def run(name: str, target: Target, timeout: float, count_only: bool = False) -> list[dict[str, object]]:
-    """Mutate ``target`` in a scratch copy; the survivors (each with its diff)."""
+def run(name: str, target: Target, timeout: float, count_only: bool = False, shard: tuple[int, int] = (1, 1),
+        minutes: float | None = None) -> list[dict[str, object]]:
+    """Mutate ``target`` in a scratch copy; the survivors (each with its diff). ``shard`` runs only
+    the k-th of each n mutants; after ``minutes`` the run is stopped and what ran is counted."""
     check(name, target)
     scratch = Path(tempfile.mkdtemp(prefix=f"lakewrap-mutation-{name}-"))
     try:
@@ -234,7 +250,7 @@ def run(name: str, target: Target, timeout: float, count_only: bool = False) -> 
                        check=True)
         subprocess.run([str(bin_dir / "cr-filter-operators"), str(session), str(config)], cwd=scratch, env=env,
                        check=True)
-        restrict(session, scratch, target)
+        restrict(session, scratch, target, shard)
         if count_only:
             print(f"== {name}: {len(pending(session))} mutants", flush=True)
             return []
@@ -242,8 +258,18 @@ def run(name: str, target: Target, timeout: float, count_only: bool = False) -> 
         if base.returncode != 0:
             raise SystemExit(f"{name}: the tests fail without any mutation:\n{base.stdout[-2000:]}")
         started, load = time.monotonic(), loadavg()
-        subprocess.run([str(bin_dir / "cosmic-ray"), "exec", str(config), str(session)], cwd=scratch, env=env,
-                       check=True)
+        # its own process group: stopped after ``minutes``, with the test run it has under way
+        proc = subprocess.Popen([str(bin_dir / "cosmic-ray"), "exec", str(config), str(session)], cwd=scratch,
+                                env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=None if minutes is None else minutes * 60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+            print(f"== {name}: stopped after {minutes} min", flush=True)
+        if code not in (0, None):
+            raise SystemExit(f"{name}: cosmic-ray exec failed ({code})")
         dump = subprocess.run([str(bin_dir / "cosmic-ray"), "dump", str(session)], cwd=scratch, env=env,
                               check=True, capture_output=True, text=True).stdout
         items = [json.loads(line) for line in dump.splitlines() if line.strip()]
@@ -255,9 +281,16 @@ def run(name: str, target: Target, timeout: float, count_only: bool = False) -> 
             (mutation,) = work["mutations"]
             survivors.append({"operator": mutation["operator_name"], "module": mutation["module_path"],
                               "line": mutation["start_pos"][0], "diff": result.get("diff", "")})
+        not_run = sum(1 for _, r in items if r is None)
         killed = sum(1 for _, r in items if r is not None and r.get("test_outcome") == "killed")
+        # killed because a test ran past the plugin's limit (or cosmic-ray's timeout): a mutant that
+        # loops, or a machine too loaded; worth a look when it is not the first
+        slow = sum(1 for _, r in items if r is not None and r.get("test_outcome") == "killed"
+                   and ("TestTooLong" in (r.get("output") or "") or r.get("output") == "timeout"))
         incompetent = sum(1 for _, r in items if r is not None and r.get("test_outcome") == "incompetent")
-        print(f"== {name}: {', '.join(target.modules)}: {len(items)} mutants, {killed} killed, "
+        part = "" if shard == (1, 1) else f" (shard {shard[0]}/{shard[1]})"
+        print(f"== {name}{part}: {', '.join(target.modules)}: {len(items) - not_run} of {len(items)} mutants run, "
+              f"{killed} killed ({slow} of them by a time limit), "
               f"{incompetent} incompetent (the mutant does not even import: counted as killed by cosmic-ray), "
               f"{len(survivors)} survived, {(time.monotonic() - started) / 60:.1f} min, "
               f"load average {load} before, {loadavg()} after", flush=True)
@@ -312,7 +345,16 @@ def main() -> None:
     parser.add_argument("--hand", action="store_true",
                         help="run the hand-made mutants (HAND: a safety tuple's element dropped, a rule widened)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run")
+    parser.add_argument("--shard", default="1/1", metavar="K/N",
+                        help="run only the K-th of every N mutants (one process per core: 1/2 and 2/2)")
+    parser.add_argument("--minutes", type=float, help="stop each target's run after this many minutes")
     args = parser.parse_args()
+    try:
+        k, n = (int(x) for x in args.shard.split("/"))
+        if not 1 <= k <= n:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--shard {args.shard!r}: K/N with 1 <= K <= N, for example 1/2")
     if args.list:
         for name, t in TARGETS.items():
             check(name, t)
@@ -327,7 +369,7 @@ def main() -> None:
         if args.hand:
             total += len(hand(name, TARGETS[name]))
         else:
-            total += len(run(name, TARGETS[name], args.timeout, args.count))
+            total += len(run(name, TARGETS[name], args.timeout, args.count, (k, n), args.minutes))
     if not args.count:
         print(f"{total} surviving mutants")
 
