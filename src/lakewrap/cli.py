@@ -206,22 +206,39 @@ def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str
 @click.option("--exclude", multiple=True, help="Selectors to leave out.")
 @click.option("--partition", help="Test this partition of partitioned models (default: the whole table).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--unit-only", is_flag=True, help="Only the unit tests (tests/unit/*.toml); no lake is opened.")
+@click.option("--data-only", is_flag=True, help="Only the `-- test` lines on published data.")
 @project_option
 @handled
 def test_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, fmt: str,
-             project: Path) -> None:
-    """Run the models' `-- test` lines against the published data (read-only).
+             unit_only: bool, data_only: bool, project: Path) -> None:
+    """Run the unit tests (tests/unit/*.toml), then the models' `-- test` lines on the published data.
 
-    Exit code 1 when an error-severity test finds failing rows or cannot run; warn tests only report.
+    Exit code 1 when a unit test fails or an error-severity test finds failing rows or cannot run;
+    warn tests only report.
     """
+    from lakewrap.cli_unit import emit_unit
     from lakewrap.datatests import run_tests
+    from lakewrap.unittests import run_unit_tests, unit_files
 
+    if unit_only and data_only:
+        raise click.UsageError("--unit-only and --data-only exclude each other")
+    unit = None if data_only or not (unit_only or unit_files(project)) else run_unit_tests(
+        project, selectors, exclude)
+    if unit is not None and (unit_only or fmt != "json"):
+        emit_unit(unit, fmt)
+    if unit_only:
+        sys.exit(1 if unit is not None and not unit.ok else 0)
     report = run_tests(project, selectors, exclude=exclude, partition=partition)
     if fmt == "json":
-        _write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+        doc = report.to_dict()
+        if unit is not None:
+            doc["ok"] = doc["ok"] and unit.ok
+            doc["unit"] = [r.to_dict() for r in unit.results]
+        _write(json.dumps(doc, indent=2, default=str) + "\n")
     else:
         _emit_tests(report)
-    if not report.ok:
+    if not report.ok or (unit is not None and not unit.ok):
         sys.exit(1)
 
 
@@ -440,8 +457,10 @@ def shell_cmd(print_only: bool, project: Path) -> None:
 
 
 from lakewrap.cli_provenance import register  # noqa: E402  (registered on the group defined above)
+from lakewrap.cli_unit import register as register_unit  # noqa: E402
 
 register(main)
+register_unit(main)
 
 from lakewrap.cli_envs import register as register_envs  # noqa: E402
 
