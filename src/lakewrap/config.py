@@ -448,7 +448,7 @@ def _validate(raw: bytes) -> dict[str, ProjectConfig]:
 
     for key in ("defer", "envs"):  # set by load_config, never read from the file's top level
         if key in data:
-            raise ConfigError(f"lakewrap.toml: unknown key `{key}`",
+            raise ConfigError(f"unknown key `{key}`",
                               location=Location(CONFIG_FILE, find_line(text, key)),
                               hint="an environment's defer goes in its own section: [env.<name>] defer = \"prod\"")
     envs = config_env.split(data, text)

@@ -73,27 +73,27 @@ def split(data: dict[str, Any], text: str) -> dict[str, dict[str, Any]]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise ConfigError("lakewrap.toml: env: write each environment as a table, [env.<name>]",
+        raise ConfigError("env: write each environment as a table, [env.<name>]",
                           location=Location(CONFIG_FILE, _line(text, r"\s*env\s*=")),
                           hint="see docs/environments.md")
     out: dict[str, dict[str, Any]] = {}
     for name, body in raw.items():
         where = Location(CONFIG_FILE, section_line(text, name))
         if not _NAME.fullmatch(name):
-            raise ConfigError(f"lakewrap.toml: env.{name}: an environment's name is letters, digits, _ and -",
+            raise ConfigError(f"env.{name}: an environment's name is letters, digits, _ and -",
                               location=where, hint="e.g. [env.dev] or [env.prod]")
         if not isinstance(body, dict):
-            raise ConfigError(f"lakewrap.toml: env.{name}: write the environment as a table, [env.{name}]",
+            raise ConfigError(f"env.{name}: write the environment as a table, [env.{name}]",
                               location=where, hint="see docs/environments.md")
         for key in body:
             if key not in ENV_KEYS:
-                raise ConfigError(f"lakewrap.toml: unknown key `env.{name}.{key}`",
+                raise ConfigError(f"unknown key `env.{name}.{key}`",
                                   location=Location(CONFIG_FILE, _header(text, name, key)
                                                     or section_line(text, name, key)),
                                   hint=choices_hint(key, ENV_KEYS, "key") + "; see docs/environments.md")
         for table in ("lake", "run"):
             if table in body and not isinstance(body[table], dict):
-                raise ConfigError(f"lakewrap.toml: env.{name}.{table}: write it as a table, [env.{name}.{table}]",
+                raise ConfigError(f"env.{name}.{table}: write it as a table, [env.{name}.{table}]",
                                   location=Location(CONFIG_FILE, section_line(text, name, table)),
                                   hint="see docs/environments.md")
         out[name] = {"lake": _over(data.get("lake"), body.get("lake")),
@@ -105,7 +105,7 @@ def split(data: dict[str, Any], text: str) -> dict[str, dict[str, Any]]:
         where = Location(CONFIG_FILE, section_line(text, name, "defer"))
         if not isinstance(defer, str) or defer not in out or defer == name:
             others = [n for n in out if n != name]
-            raise ConfigError(f"lakewrap.toml: env.{name}.defer: no other environment `{defer}`",
+            raise ConfigError(f"env.{name}.defer: no other environment `{defer}`",
                               location=where, hint=choices_hint(str(defer), others, "environment"))
     return out
 
@@ -155,7 +155,7 @@ def relocated(err: ConfigError, pyd: Any, text: str, name: str) -> ConfigError:
     table = loc[0] if loc and loc[0] in ("lake", "run") else None
     key = loc[-1] if len(loc) > 1 else None
     line = section_line(text, name, key, table) if key else section_line(text, name, None, table)
-    message = err.message.replace("lakewrap.toml: ", f"lakewrap.toml: env.{name}: ", 1)
+    message = f"env.{name}: {err.message}"
     location = Location(CONFIG_FILE, line) if line else err.location
     return ConfigError(message, location=location, hint=err.hint)
 
@@ -169,12 +169,12 @@ def check_defer(config: Any, other: Any, text: str) -> None:
     for env, lake in ((name, config.lake), (config.defer, other.lake)):
         if not resolve(lake).defers:
             raise ConfigError(
-                f"lakewrap.toml: env.{name}.defer: deferring is implemented for DuckLake lakes only; "
+                f"env.{name}.defer: deferring is implemented for DuckLake lakes only; "
                 f"environment `{env}` is substrate = \"{lake.substrate}\"",
                 location=where, hint="remove defer, or build the upstream models in this environment "
                 "(docs/environments.md, \"Iceberg\")")
     if config.lake.dump() == other.lake.dump():
-        raise ConfigError(f"lakewrap.toml: env.{name}.defer: environment `{config.defer}` has the same [lake] as "
+        raise ConfigError(f"env.{name}.defer: environment `{config.defer}` has the same [lake] as "
                           f"`{name}`", location=where,
                           hint=f"give [env.{name}.lake] its own path and data_path, "
                           f"e.g. path = \".lakewrap/{name}.ducklake\"")
