@@ -438,5 +438,9 @@ from lakewrap.cli_provenance import register  # noqa: E402  (registered on the g
 
 register(main)
 
+from lakewrap.cli_workflow import register as register_workflow  # noqa: E402  (init, clean, debug)
+
+register_workflow(main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
