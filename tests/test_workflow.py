@@ -6,6 +6,8 @@
 * both substrates; a non-empty folder refused without ``--force``; a typo'd substrate gets a
   did-you-mean;
 * ``clean`` removes ``target/`` and nothing else, and refuses a folder that is not a project;
+* ``debug`` names the credential variables that are set and prints none of their values (canaries),
+  and says whether the lake opens (a held catalog: exit 1; no lake yet: created nothing);
 * ``--wait`` with a second process holding the DuckDB-file catalog: the command waits and succeeds
   once the holder lets go; a shorter wait fails with the held-catalog error after that wait.
 """
@@ -224,3 +226,39 @@ def test_without_wait_or_past_it_the_held_catalog_error(seeded: Path) -> None:
     assert t_waited >= 2
     assert via_env.returncode == 1 and f"{held}; waited 1 s" in " ".join(via_env.stderr.split())
     assert bad_env.returncode != 0 and "LAKEWRAP_WAIT='soon' is not a number of seconds" in bad_env.stderr
+
+
+CANARIES = {"AWS_ACCESS_KEY_ID": "AKIACANARY7Q3", "AWS_SECRET_ACCESS_KEY": "canary-secret-9f8e7d6c",
+            "PGPASSWORD": "canary-pg-5a4b3c", "LAKEWRAP_ICEBERG_TOKEN": "canary-token-1z2y3x"}
+
+
+def test_debug_names_versions_binaries_lake_and_credentials_never_their_values(seeded: Path) -> None:
+    proc = lakewrap("debug", "--project", str(seeded), env=CANARIES)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"duckdb: {duckdb.__version__}" in out
+    assert "ducklake.duckdb_extension" in out and "reachable: yes" in out
+    for var in CANARIES:
+        assert f"{var}: set" in out
+    assert "AWS_SESSION_TOKEN: not set" in out
+    for value in CANARIES.values():
+        assert value not in out and value not in proc.stderr
+        assert value[:8] not in out  # not even a prefix
+    holder = hold(seeded, 300)
+    try:
+        held = lakewrap("debug", "--project", str(seeded))
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert held.returncode == 1
+    assert f"reachable: no: the lake catalog .lakewrap/lake.ducklake is held by another process (PID {holder.pid})" \
+        in held.stdout
+    fresh = tmp_path_of(seeded) / "fresh"
+    assert lakewrap("init", str(fresh)).returncode == 0
+    nolake = lakewrap("debug", "--project", str(fresh))
+    assert nolake.returncode == 0 and "reachable: no lake yet" in nolake.stdout
+    assert not (fresh / ".lakewrap").exists()  # debug created nothing
+
+
+def tmp_path_of(project: Path) -> Path:
+    return project.parent

@@ -1,4 +1,5 @@
-"""``lakewrap init`` and ``lakewrap clean``: starting a project and clearing its build output.
+"""``lakewrap init``, ``clean`` and ``debug``: starting a project, clearing its build output, a bug report;
+and ``--wait SECONDS`` on every command that opens a lake.
 
 Registered on the ``lakewrap`` group by :func:`register` (called at the end of ``lakewrap.cli``).
 """
@@ -65,6 +66,26 @@ def clean_cmd(project: Path) -> None:
     _say("removed:", f"{project / 'target'}", "green")
 
 
+@click.command("debug")
+@project_option
+@handled
+def debug_cmd(project: Path) -> None:
+    """Versions, extension binaries, whether the lake opens, which credentials are set (never their values)."""
+    import sys
+
+    from lakewrap.debuginfo import report
+
+    lines = report(project)
+    section = None
+    for line in lines:
+        if line.section != section:
+            section = line.section
+            _write(f"{section}:\n")
+        _write(f"  {line.key}: {line.value}" + ("" if line.ok else "   <- problem") + "\n")
+    if not all(line.ok for line in lines):
+        sys.exit(1)
+
+
 def _set_wait(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
     if value is not None:
         from lakewrap.execute.lockwait import WAIT_ENV
@@ -79,12 +100,12 @@ def _wait_option() -> click.Option:
                         "for it instead of failing at once (also the environment variable LAKEWRAP_WAIT).")
 
 
-NO_LAKE = ("init", "clean")
+NO_LAKE = ("init", "clean", "debug")
 
 
 def register(group: click.Group) -> None:
-    """Add init and clean, and ``--wait SECONDS`` to every command that opens a lake."""
-    for command in (init_cmd, clean_cmd):
+    """Add init, clean and debug, and ``--wait SECONDS`` to every command that opens a lake."""
+    for command in (init_cmd, clean_cmd, debug_cmd):
         group.add_command(command)
     for name, command in group.commands.items():
         if name not in NO_LAKE and not any(p.name == "wait" for p in command.params):
