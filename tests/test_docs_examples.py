@@ -14,7 +14,8 @@ The convention (docs/tests.md, "Runnable examples in the docs"):
 Each page runs in a scratch folder holding a copy of ``examples/shop`` (as ``examples/shop``). The
 README's examples start from the bare project; every other page's run in one folder after the
 README's set-up (``seed``, then ``run --start 2024-01-01 --end 2024-01-05``). Commands run
-with the copy as the working folder unless they name ``--project``.
+with the copy as the working folder unless they name ``--project`` or are ``lakewrap init`` (which
+run in the scratch folder, so ``init DIR`` and ``--project DIR`` name the same folder).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def test_the_examples_of_a_page_run_and_print_what_it_shows(page: Path, tmp_path
     for ex in [ex for p, ex in ALL if p == page]:
         proc = None
         for command in ex.commands:
-            proc = run(command, folder if "--project" in command else shop)
+            proc = run(command, folder if "--project" in command or command.startswith("lakewrap init ") else shop)
             assert proc.returncode == 0, f"{ex.page}:{ex.line}: `{command}` exited {proc.returncode}\n{proc.stderr}"
         if ex.output is not None:
             assert proc is not None

@@ -55,7 +55,7 @@ def test_the_console_reads_through_a_read_only_connection(shop: Path) -> None:
               "try:\n    con.execute('DELETE FROM raw.customers')\n"
               "except Exception as e:\n    print('refused:', type(e).__name__)\n\n"
               "print(con.sql('SELECT count(*) FROM raw.customers').fetchone()[0])\n")
-    proc = lakewrap("shell", "--project", str(shop), stdin=script)
+    proc = lakewrap("shell", "--read-only", "--project", str(shop), stdin=script)
     assert proc.returncode == 0, proc.stderr
     first, refused, after = proc.stdout.split()[0], proc.stdout.splitlines()[1], proc.stdout.split()[-1]
     assert int(first) > 0 and first == after
@@ -71,3 +71,22 @@ def test_a_folder_without_a_lake_is_refused_and_left_alone(tmp_path: Path, flag:
     missing = lakewrap("shell", *flag, "--project", str(tmp_path / "nope"), stdin="")
     assert missing.returncode == 2 and "does not exist" in missing.stderr, missing.stderr
     assert not (tmp_path / "nope").exists()
+
+
+def test_the_console_writes_by_default_inside_the_sandbox(tmp_path: Path) -> None:
+    """Read-write by default: a row inserted in the shell is in the lake afterwards (read back by
+    `lakewrap query`); the settings stay locked and files outside the project stay unreadable."""
+    root = tmp_path / "p"
+    assert lakewrap("init", str(root)).returncode == 0
+    assert lakewrap("seed", "--project", str(root)).returncode == 0
+    outside = tmp_path / "outside.csv"
+    outside.write_text("a\n1\n")
+    script = ("con.execute(\"INSERT INTO raw.orders VALUES (7, 14, '5.00', 'placed', '2024-01-04 10:00:00')\")\n"
+              f"for stmt in (\"SET enable_external_access = true\", \"SELECT * FROM read_csv('{outside}')\"):\n"
+              "    try:\n        con.execute(stmt)\n        print('allowed')\n"
+              "    except Exception as e:\n        print('refused:', type(e).__name__)\n\n")
+    proc = lakewrap("shell", "--project", str(root), stdin=script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("refused:") == 2 and "allowed" not in proc.stdout, proc.stdout
+    count = lakewrap("query", "--project", str(root), "--format", "csv", "SELECT count(*) FROM raw.orders")
+    assert count.stdout.split() == ["count_star()", "7"], count.stdout + count.stderr

@@ -442,18 +442,19 @@ def maintain_cmd(selectors: tuple[str, ...], dry_run: bool, fmt: str, project: P
 
 
 @main.command("shell")
-@click.option("--print", "print_only", is_flag=True,
+@click.option("--print", "--print-attach", "print_only", is_flag=True,
               help="Print the statements that attach the lake in another DuckDB client, and exit.")
+@click.option("--read-only", "read_only", is_flag=True, help="Open the lake read-only (nothing can change).")
 @project_option
 @handled
-def shell_cmd(print_only: bool, project: Path) -> None:
-    """A Python console with `con`, a read-only connection to the lake (or --print its ATTACH statements)."""
+def shell_cmd(print_only: bool, read_only: bool, project: Path) -> None:
+    """A Python console with `con`, a read-write connection to the lake (--read-only; --print its ATTACH)."""
     from lakewrap import shell
 
     if print_only:
         sys.stdout.write("\n".join(shell.attach_statements(project)) + "\n")
     else:
-        shell.interact(project, stdin_is_tty=sys.stdin.isatty())
+        shell.interact(project, stdin_is_tty=sys.stdin.isatty(), read_only=read_only)
 
 
 from lakewrap.cli_provenance import register  # noqa: E402  (registered on the group defined above)
@@ -465,6 +466,10 @@ register_unit(main)
 from lakewrap.cli_envs import register as register_envs  # noqa: E402
 
 register_envs(main, _emit_run)
+
+from lakewrap.cli_workflow import register as register_workflow  # noqa: E402  (init, clean, debug)
+
+register_workflow(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -5,7 +5,7 @@ a notebook) runs to open a project's DuckLake as lakewrap does: ``LOAD`` of each
 from its PyPI wheel, the session time zone, the ``ATTACH`` with the catalog and ``DATA_PATH`` of
 ``lakewrap.toml``, and ``USE``. They hold no credential: S3 keys come from the client's own
 secret (a comment says so), a PostgreSQL password from ``PGPASSWORD`` or a service file, as for
-lakewrap. ``interact`` opens a Python console with ``con``, a read-only connection to the lake.
+lakewrap. ``interact`` opens a Python console with ``con``, a read-only or read-write connection to the lake.
 Neither creates anything: a lake that does not exist yet is an error.
 """
 
@@ -45,8 +45,9 @@ def attach_statements(root: Path) -> list[str]:
     return [s if s.startswith("--") else s + ";" for s in out]
 
 
-def interact(root: Path, *, stdin_is_tty: bool) -> None:
-    """A Python console whose ``con`` is a read-only DuckDB connection to the lake."""
+def interact(root: Path, *, stdin_is_tty: bool, read_only: bool = True) -> None:
+    """A Python console whose ``con`` is a DuckDB connection to the lake: read-only, or read-write
+    with the sandbox of a run (settings locked, files only in the project and the lake)."""
     import code
     import sys
 
@@ -55,9 +56,10 @@ def interact(root: Path, *, stdin_is_tty: bool) -> None:
     _lake_config(root)
     if not stdin_is_tty:  # statements piped in: no prompts in the output
         sys.ps1 = sys.ps2 = ""
-    lake = Lake.open(root.resolve(), read_only=True)
+    lake = Lake.open(root.resolve(), read_only=read_only)
     con = lake.connect()
-    banner = (f"lakewrap shell: `con` is a read-only DuckDB connection to {lake.alias} (USE {lake.alias}); "
+    mode = "read-only" if read_only else "read-write"
+    banner = (f"lakewrap shell: `con` is a {mode} DuckDB connection to {lake.alias} (USE {lake.alias}); "
               "e.g. con.sql(\"SHOW ALL TABLES\").show(). Ctrl-D leaves.") if stdin_is_tty else ""
     scope: dict[str, Any] = {"con": con}
     try:

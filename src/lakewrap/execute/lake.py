@@ -15,6 +15,7 @@ from lakewrap.config import DuckLakeLakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, NoLake, relpath
 from lakewrap.execute import extensions, sandbox
 from lakewrap.execute import statements as sql
+from lakewrap.execute.lockwait import wait_seconds, waiting_for_lock
 from lakewrap.execute.retry import RetryPolicy, retrying
 from lakewrap.redact import redact
 
@@ -249,7 +250,8 @@ class Lake:
         try:
             # a SQLite catalog another process is creating or writing answers "database is locked"
             attach = sql.attach_ducklake(catalog, cfg.alias, data, options)
-            retrying(lambda: con.execute(attach), CONNECT_RETRY)
+            # another process holding a DuckDB-file catalog: waited out up to --wait seconds
+            waiting_for_lock(lambda: retrying(lambda: con.execute(attach), CONNECT_RETRY))
         except duckdb.Error as exc:
             con.close()
             raise self.attach_error(exc) from None
@@ -281,9 +283,10 @@ class Lake:
         if held:
             where = relpath(self.config.catalog_path(self.root), self.root)
             return ExecutionError(
-                f"the lake catalog {where} is held by another process (PID {held.group(1)})",
-                hint="a DuckDB-file catalog admits one process at a time: wait for it to finish, or use "
-                "catalog = \"sqlite\" or \"postgres\" in lakewrap.toml for concurrent writers",
+                f"the lake catalog {where} is held by another process (PID {held.group(1)})"
+                + (f"; waited {wait_seconds():g} s" if wait_seconds() else ""),
+                hint="a DuckDB-file catalog admits one process at a time: wait for it to finish (--wait SECONDS "
+                "waits for it), or use catalog = \"sqlite\" or \"postgres\" in lakewrap.toml for concurrent writers",
             )
         return ExecutionError(f"cannot attach the lake: {text.splitlines()[0]}",
                               hint="check [lake] in lakewrap.toml (catalog, path, dsn, data_path)")
