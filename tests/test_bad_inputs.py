@@ -244,6 +244,8 @@ CASES = [
     Case("partition-and-range", ["run", "--partition", "2024-01-01", "--start", "2024-01-01", "--end", "2024-01-02"],
          2, ["give either --partition or --start/--end"]),
     Case("unknown-selector", ["run", "ordrs"], 2, ["no model matches `ordrs`", "did you mean `orders`"]),
+    Case("unknown-selector-method", ["run", "stat:modified"], 2,
+         ["unknown selector method `stat:` in `stat:modified`", "did you mean `state:`?"]),
     Case("bad-now", ["run", "--now", "tomorrow"], 2, ["--now `tomorrow` is not an ISO 8601 time"], api=False),
     # `lakewrap query` is read-only
     Case("query-insert", ["query", "INSERT INTO sales.orders SELECT * FROM sales.orders"], 2, ["read-only"]),

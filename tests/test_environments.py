@@ -143,7 +143,7 @@ def test_environment_typos_are_located_in_their_section(project: Path, edit: tup
 
 def test_an_unknown_environment_on_the_command_line_lists_the_known_ones(project: Path) -> None:
     result = cli(project, "run", "--env", "prdo", code=2)
-    assert "no environment `prdo` in lakewrap.toml" in result.output
+    assert "lakewrap.toml: --env prdo: no environment `prdo` in it" in result.output
     assert "did you mean `prod`?" in result.output and "`dev`, `prod`" in result.output
     assert not (project / ".lakewrap").exists()  # refused before anything was opened
     os.environ["LAKEWRAP_ENV"] = "deev"

@@ -129,10 +129,10 @@ def unknown(name: str, known: list[str]) -> UnknownEnv:
     """The error for ``--env NAME`` naming no environment."""
     where = f"--env {name}"
     if not known:
-        return UnknownEnv(f"{where}: lakewrap.toml defines no environments (no [env.<name>] section)",
+        return UnknownEnv(f"{where}: it defines no environments (no [env.<name>] section)",
                           location=Location(CONFIG_FILE),
                           hint="add e.g. [env.dev] with [env.dev.lake] keys; see docs/environments.md")
-    return UnknownEnv(f"{where}: no environment `{name}` in lakewrap.toml",
+    return UnknownEnv(f"{where}: no environment `{name}` in it",
                       location=Location(CONFIG_FILE), hint=choices_hint(name, known, "environment"))
 
 

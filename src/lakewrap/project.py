@@ -80,6 +80,9 @@ def model_files(root: Path) -> list[tuple[Path, str]]:
     return found
 
 
+_METHODS = ("tag", "path", "state")  # selector methods, `<method>:<value>`
+
+
 @dataclass
 class Project:
     """The parsed models of one project, indexed by target table."""
@@ -177,6 +180,12 @@ class Project:
             base = {k for k, s in self.models.items() if s.path == want or s.path.startswith(want + "/")}
             if not base:
                 raise SelectionError(f"no model under `{want}`", hint="write path:models/<folder or file>")
+        elif ":" in core and not core.split(":", 1)[0].count("."):
+            method = core.split(":", 1)[0]
+            close = suggest(method, list(_METHODS))
+            raise SelectionError(f"unknown selector method `{method}:` in `{core}`",
+                                 hint=(f"did you mean `{close}:`? " if close else "")
+                                 + "the methods are " + ", ".join(f"{m}:" for m in _METHODS))
         else:
             base = self._by_name(core)
         keys = set(base)
