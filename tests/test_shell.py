@@ -207,3 +207,16 @@ def test_ctrl_c_ends_a_piped_cli_session_and_the_init_file_is_removed(fresh: Pat
             os.killpg(proc.pid, signal.SIGKILL)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert list(tmp.iterdir()) == []
+
+
+def test_the_docs_show_what_print_prints(shop: Path) -> None:
+    """docs/configuration.md's example (a project at /srv/shop) is `--print` of such a project."""
+    import re
+
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    shown = re.search(r"For the embedded default that is.*?```sql\n(.*?)```", page, re.S)
+    assert shown is not None
+    site = Path(duckdb.__file__).resolve().parent.parent  # the extension wheels' site-packages
+    want = shown.group(1).replace("<site-packages>", str(site)).replace("/srv/shop", str(shop)).splitlines()
+    printed = lakewrap("shell", "--print", "--project", str(shop))
+    assert printed.stdout.splitlines() == want, printed.stdout
