@@ -220,3 +220,18 @@ def test_the_docs_show_what_print_prints(shop: Path) -> None:
     want = shown.group(1).replace("<site-packages>", str(site)).replace("/srv/shop", str(shop)).splitlines()
     printed = lakewrap("shell", "--print", "--project", str(shop))
     assert printed.stdout.splitlines() == want, printed.stdout
+
+
+def test_the_cli_refuses_a_lake_on_s3_before_writing_an_init_file(tmp_path: Path) -> None:
+    """A lake whose data is on S3 needs a secret, which would have to go into the init file: the CLI
+    is refused with a hint (no S3 is reached; the catalog file only has to exist)."""
+    root = tmp_path / "s3lake"
+    (root / "models").mkdir(parents=True)
+    (root / "lakewrap.toml").write_text('[lake]\ndata_path = "s3://bucket/lake/"\n\n[lake.s3]\nregion = "us-east-1"\n')
+    (root / ".lakewrap").mkdir()
+    duckdb.connect(str(root / ".lakewrap" / "lake.ducklake")).close()
+    (tmp_path / "tmp").mkdir()
+    proc = lakewrap("shell", "--project", str(root), stdin="SELECT 1;\n", tmp=tmp_path / "tmp")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "not started for a lake on S3" in proc.stderr and "lakewrap shell --python" in proc.stderr, proc.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
