@@ -445,16 +445,25 @@ def maintain_cmd(selectors: tuple[str, ...], dry_run: bool, fmt: str, project: P
 @click.option("--print", "--print-attach", "print_only", is_flag=True,
               help="Print the statements that attach the lake in another DuckDB client, and exit.")
 @click.option("--read-only", "read_only", is_flag=True, help="Open the lake read-only (nothing can change).")
+@click.option("--python", "python", is_flag=True,
+              help="A Python console with `con` even when DuckDB's CLI is installed.")
 @project_option
 @handled
-def shell_cmd(print_only: bool, read_only: bool, project: Path) -> None:
-    """A Python console with `con`, a read-write connection to the lake (--read-only; --print its ATTACH)."""
+def shell_cmd(print_only: bool, read_only: bool, python: bool, project: Path) -> None:
+    """DuckDB's CLI on the lake, read-write and sandboxed (else a Python console with `con`).
+
+    The CLI is $LAKEWRAP_DUCKDB_CLI, else `duckdb` beside lakewrap or on PATH; --print prints the ATTACH.
+    """
     from lakewrap import shell
 
     if print_only:
-        sys.stdout.write("\n".join(shell.attach_statements(project)) + "\n")
-    else:
+        sys.stdout.write("\n".join(shell.attach_statements(project, read_only=read_only)) + "\n")
+        return
+    cli = None if python else shell.find_cli()
+    if cli is None:
         shell.interact(project, stdin_is_tty=sys.stdin.isatty(), read_only=read_only)
+    else:
+        sys.exit(shell.run_cli(project, cli, read_only=read_only))
 
 
 from lakewrap.cli_provenance import register  # noqa: E402  (registered on the group defined above)

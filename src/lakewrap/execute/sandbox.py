@@ -311,11 +311,22 @@ def lock(con: Any, directories: Iterable[str] | None, paths: Iterable[str] = ())
     ``directories=None`` leaves file access as it is and only locks the settings: DuckDB's Iceberg
     REST client writes where the REST catalog says, which lakewrap cannot know beforehand.
     """
+    for statement in lock_statements(directories, paths):
+        con.execute(statement)
+
+
+def lock_statements(directories: Iterable[str] | None, paths: Iterable[str] = (), *,
+                    locked: bool = True) -> list[str]:
+    """The statements :func:`lock` runs, in order; ``locked=False`` leaves out the final
+    ``lock_configuration`` (``lakewrap shell`` hands them to DuckDB's CLI, whose safe mode locks)."""
     from lakewrap.execute import statements as sql
 
+    out = []
     if directories is not None:
         dirs = sorted({d if d.endswith("/") else d + "/" for d in directories})
-        con.execute(sql.set_list("allowed_directories", dirs))
-        con.execute(sql.set_list("allowed_paths", sorted(set(paths))))
-        con.execute(sql.set_option("enable_external_access", "false"))
-    con.execute(sql.set_option("lock_configuration", "true"))
+        out.append(sql.set_list("allowed_directories", dirs))
+        out.append(sql.set_list("allowed_paths", sorted(set(paths))))
+        out.append(sql.set_option("enable_external_access", "false"))
+    if locked:
+        out.append(sql.set_option("lock_configuration", "true"))
+    return out
