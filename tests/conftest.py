@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +67,17 @@ def inspector() -> Iterator[Any]:
         yield ins
     finally:
         ins.close()
+
+
+@pytest.fixture
+def rest_uri(tmp_path: Path) -> Iterator[str]:
+    """The test REST adapter over a SqlCatalog (a REST catalog for the Iceberg SQL write path)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from rest_adapter import serve
+
+    server = tmp_path / "rest-server"
+    server.mkdir()
+    backing = SqlCatalog("rest", uri=f"sqlite:///{server / 'rest.db'}", warehouse=(server / "wh").as_uri())
+    with ExitStack() as stack:
+        yield stack.enter_context(serve(backing, {}, []))

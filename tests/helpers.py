@@ -1,6 +1,6 @@
-"""Small pieces several test files share: a distribution installed by hand (a dist-info folder on a
-site folder, as an installed package leaves it) and a thread runner that cancels a run with a real
-SIGINT."""
+"""Small pieces several test files share: the CLI run in-process (``run``), a distribution installed
+by hand (a dist-info folder on a site folder, as an installed package leaves it) and a thread runner
+that cancels a run with a real SIGINT."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from lakewrap.cli import main
 from lakewrap.workers import Done, Task, ThreadRunner
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
 
 
 def install_dist(site: Path, module: str, group: str, entry: str, source: str | None = None) -> Path:

@@ -9,19 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from conftest import EXAMPLES
-from helpers import install_dist, site_env
-from lakewrap.cli import main
+from helpers import install_dist, run, site_env
 from lakewrap.compilers.artifacts import SCHEMA_VERSION, CompileOutput
 
 SHOP = EXAMPLES / "shop"
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ guards). Sleeps are recorded, not slept.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -37,20 +35,6 @@ DI = ("-- materialized incremental\n-- partitioned daily key=ts\n-- retry 2\n"
 SCHEMA = pa.schema([("id", pa.int32()), ("v", pa.int32()), ("ts", pa.timestamp("us", tz="UTC"))])
 ROWS = [{"id": d * 100 + i, "v": 0, "ts": datetime(2024, 1, 1, 6, tzinfo=UTC) + timedelta(days=d)}
         for d in range(2) for i in range(5)]
-
-
-@pytest.fixture
-def rest_uri(tmp_path: Path) -> Iterator[str]:
-    """The test REST adapter over a SqlCatalog (as in test_iceberg_sql.py)."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    from rest_adapter import serve
-
-    server = tmp_path / "rest-server"
-    server.mkdir()
-    backing = SqlCatalog("rest", uri=f"sqlite:///{server / 'rest.db'}", warehouse=(server / "wh").as_uri())
-    with ExitStack() as stack:
-        yield stack.enter_context(serve(backing, {}, []))
 
 
 def iceberg_source(lake: Any) -> None:

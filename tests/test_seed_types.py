@@ -15,8 +15,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import ExitStack
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -38,19 +36,6 @@ CSV = ('id,amount,day,note,ratio\n'
        '2,446.90,2024-01-02,plain,1.25\n'
        '3,0.10,2024-01-03,,2\n')
 SIDECAR = '# the types of raw.orders\n[columns]\namount = "DECIMAL(12, 2)"\nid = "INTEGER"\nday = "DATE"\n'
-
-
-@pytest.fixture
-def rest_uri(tmp_path: Path) -> Iterator[str]:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    from rest_adapter import serve
-
-    server = tmp_path / "rest-server"
-    server.mkdir()
-    backing = SqlCatalog("rest", uri=f"sqlite:///{server / 'rest.db'}", warehouse=(server / "wh").as_uri())
-    with ExitStack() as stack:
-        yield stack.enter_context(serve(backing, {}, []))
 
 
 def project(root: Path, substrate: str, request: pytest.FixtureRequest, csv_text: str = CSV,

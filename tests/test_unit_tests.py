@@ -13,15 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from conftest import EXAMPLES
-from lakewrap.cli import main
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    return result.exit_code, result.stdout, result.stderr
+from helpers import run
 
 
 @pytest.fixture
