@@ -349,3 +349,48 @@ def history(alias: str) -> str:
         if isinstance(tbl.this, exp.Anonymous) and tbl.this.name == "snapshots":
             tbl.set("db", q.ident(alias))
     return q.render(tree)
+
+
+# --- defer (lakewrap.substrates.ducklake.defer) ----------------------------------------------------
+
+
+def relation_exists() -> str:
+    """Whether database ``$catalog`` holds a table or view ``$schema.$name`` (names compared lowercased)."""
+    union = exp.union(
+        exp.select(exp.column("database_name"), exp.column("schema_name"), exp.alias_(exp.column("table_name"), "n"))
+        .from_(exp.Table(this=exp.Anonymous(this="duckdb_tables"))),
+        exp.select(exp.column("database_name"), exp.column("schema_name"), exp.column("view_name"))
+        .from_(exp.Table(this=exp.Anonymous(this="duckdb_views"))),
+        distinct=False,
+    )
+    return q.render(exp.select(q.count_star()).from_(union.subquery()).where(exp.and_(
+        exp.EQ(this=exp.column("database_name"), expression=q.param("catalog")),
+        exp.EQ(this=exp.Lower(this=exp.column("schema_name")), expression=q.param("schema")),
+        exp.EQ(this=exp.Lower(this=exp.column("n")), expression=q.param("name")),
+    )))
+
+
+def schema_exists() -> str:
+    """Whether database ``$catalog`` holds schema ``$schema`` (compared lowercased)."""
+    return q.render(exp.select(q.count_star()).from_(exp.Table(this=exp.Anonymous(this="duckdb_schemas"))).where(
+        exp.and_(exp.EQ(this=exp.column("database_name"), expression=q.param("catalog")),
+                 exp.EQ(this=exp.Lower(this=exp.column("schema_name")), expression=q.param("schema")))))
+
+
+def create_schema(schema: str) -> str:
+    return q.render(exp.Create(this=exp.Table(db=q.ident(schema)), kind="SCHEMA"))
+
+
+def drop_schema(schema: str) -> str:
+    return q.render(exp.Drop(tables=[exp.Table(db=q.ident(schema))], kind="SCHEMA"))
+
+
+def deferred_view(schema: str, name: str, catalog: str) -> str:
+    """``CREATE VIEW schema.name AS SELECT * FROM catalog.schema.name``: a read of another lake's table."""
+    source = exp.Table(this=q.ident(name), db=q.ident(schema), catalog=q.ident(catalog))
+    return q.render(exp.Create(this=q.table(schema, name), kind="VIEW",
+                               expression=exp.select(exp.Star()).from_(source)))
+
+
+def drop_view(schema: str, name: str) -> str:
+    return q.render(exp.Drop(tables=[q.table(schema, name)], kind="VIEW"))

@@ -25,20 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.errors import ConfigError, Location, relpath
+from lakewrap.execute import statements as stmts
 
 if TYPE_CHECKING:
     from lakewrap.config import DuckLakeLakeConfig
     from lakewrap.execute.log import StatementLog
 
 ALIAS = "lakewrap_defer"
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 @dataclass
@@ -73,22 +66,21 @@ class Deferred:
         spec = {"duckdb": str(path), "sqlite": f"sqlite:{path}", "postgres": f"postgres:{cfg.dsn}"}[cfg.catalog]
 
         def attach(pin: int | None) -> None:
-            at = f", SNAPSHOT_VERSION {pin}" if pin is not None else ""
-            con.execute(f"ATTACH {_literal('ducklake:' + spec)} AS {ALIAS} "
-                        f"(DATA_PATH {_literal(cfg.data_location(self.root))}, READ_ONLY{at})")
+            options: dict[str, int | str | bool] = {"READ_ONLY": True}
+            if pin is not None:
+                options["SNAPSHOT_VERSION"] = pin
+            con.execute(stmts.attach_ducklake(spec, ALIAS, cfg.data_location(self.root), options))
 
         with self._lock:
             if self.pin is None:  # the other lake's current snapshot, read once for this handle
                 attach(None)
-                self.pin = int(con.execute(f"SELECT id FROM {ALIAS}.current_snapshot()").fetchone()[0])
-                con.execute(f"DETACH {ALIAS}")
+                self.pin = int(con.execute(stmts.current_snapshot(ALIAS)).fetchone()[0])
+                con.execute(stmts.detach(ALIAS))
         attach(self.pin)
 
     def _exists(self, con: Any, catalog: str, schema: str, name: str, log: StatementLog) -> bool:
-        sql = ("SELECT count(*) FROM (SELECT database_name, schema_name, table_name AS n FROM duckdb_tables() "
-               "UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views()) "
-               "WHERE database_name = $catalog AND lower(schema_name) = $schema AND lower(n) = $name")
-        return bool(log.run(con, sql, {"catalog": catalog, "schema": schema, "name": name}).fetchone()[0])
+        found = log.run(con, stmts.relation_exists(), {"catalog": catalog, "schema": schema, "name": name})
+        return bool(found.fetchone()[0])
 
     def open_views(self, con: Any, alias: str, target: str, reads: tuple[str, ...],
                    log: StatementLog) -> tuple[list[str], list[str], list[str]]:
@@ -101,13 +93,10 @@ class Deferred:
             schema = schema or "main"
             if self._exists(con, alias, schema, name, log) or not self._exists(con, ALIAS, schema, name, log):
                 continue
-            has_schema = log.run(con, "SELECT count(*) FROM duckdb_schemas() WHERE database_name = $catalog "
-                                 "AND lower(schema_name) = $schema", {"catalog": alias, "schema": schema}).fetchone()[0]
-            if not has_schema:
-                log.run(con, f"CREATE SCHEMA {_ident(schema)}")
+            if not log.run(con, stmts.schema_exists(), {"catalog": alias, "schema": schema}).fetchone()[0]:
+                log.run(con, stmts.create_schema(schema))
                 schemas.append(schema)
-            log.run(con, f"CREATE VIEW {_ident(schema)}.{_ident(name)} AS SELECT * FROM "
-                    f"{ALIAS}.{_ident(schema)}.{_ident(name)}")
+            log.run(con, stmts.deferred_view(schema, name, ALIAS))
             tables.append(f"{schema}.{name}")
         return tables, list(tables), schemas
 
@@ -115,11 +104,11 @@ class Deferred:
         """Before the commit: drop the views (and the schemas made for them, but the target's)."""
         for view in views:
             schema, _, name = view.rpartition(".")
-            log.run(con, f"DROP VIEW {_ident(schema)}.{_ident(name)}")
+            log.run(con, stmts.drop_view(schema, name))
         keep = target.lower().rpartition(".")[0]
         for schema in schemas:
             if schema != keep:
-                log.run(con, f"DROP SCHEMA {_ident(schema)}")
+                log.run(con, stmts.drop_schema(schema))
 
     def record(self, tables: list[str]) -> dict[str, Any]:
         """What the materialization's pins say of its deferred reads."""
