@@ -177,6 +177,8 @@ def test_lakewrap_test_runs_unit_then_data_tests(shop: Path) -> None:
     ('model = "orders"\nexpected = 1\n', ":2:1:", "unknown key `expected`", "keys: description, expect"),
     ('model = "orders"\n[given."raw.orders"]\nrows = [{ order_id = "x" }]\ntypes = { order_id = "INTEGER" }\n',
      ":2:9:", "rows of `raw.orders` cannot be loaded", "declare the column types"),
+    ('model = "orders"\n[given."raw.orders"]\nrows = [{ order_id = 1 }]\ntypes = { order_id = "INT); DROP" }\n',
+     ":2:9:", "`INT); DROP` (column `order_id`) is not one DuckDB type", "declare the column types"),
 ])
 def test_bad_fixtures_are_located(shop: Path, text: str, where: str, message: str, hint: str) -> None:
     write(shop, "bad.toml", text)

@@ -131,6 +131,29 @@ def _sql_type(values: list[Any]) -> str:
     return "VARCHAR"
 
 
+def _fixture_table(schema: str, name: str, kinds: dict[str, str]) -> tuple[str, str, str]:
+    """The statements that hold a fixture's rows: its schema, its table with these column types
+    (DuckDB's names; ``ValueError`` for one sqlglot cannot read), and the INSERT its rows bind to."""
+    import sqlglot
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
+    columns = []
+    for column, kind in kinds.items():
+        try:
+            dtype = exp.DataType.build(kind, dialect="duckdb")
+        except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, TypeError, ValueError):
+            raise ValueError(f"`{kind}` (column `{column}`) is not one DuckDB type") from None
+        columns.append(exp.ColumnDef(this=q.ident(column), kind=dtype))
+    table = q.table(schema, name)
+    create_schema = q.render(exp.Create(this=exp.Table(db=q.ident(schema)), kind="SCHEMA", exists=True))
+    create = q.render(exp.Create(this=exp.Schema(this=table, expressions=columns), kind="TABLE"))
+    values = exp.Values(expressions=[exp.Tuple(expressions=[exp.Placeholder() for _ in kinds])])
+    insert = q.render(exp.Insert(this=q.table(schema, name), expression=values))
+    return create_schema, create, insert
+
+
 def _rows_of(spec: Any, what: str, rel: str, text: str) -> tuple[list[str], list[dict[str, Any]], dict[str, str]]:
     if not isinstance(spec, dict) or not isinstance(spec.get("rows", []), list):
         raise ModelError(f"`{what}` must be a table with `rows = [{{...}}, ...]`", location=_locate(rel, text, what),
@@ -202,15 +225,14 @@ def run_unit_file(path: Path, rel: str, specs: dict[str, ModelSpec]) -> UnitResu
         for table, body in given.items():
             cols, rows, types = _rows_of(body, table, rel, text)
             ref = reads[table.lower()]
-            con.execute(f'CREATE SCHEMA IF NOT EXISTS "{ref.schema_name}"')
-            defs = ", ".join(f'"{c}" {types.get(c) or _sql_type([r.get(c) for r in rows])}' for c in cols)
+            kinds = {c: types.get(c) or _sql_type([r.get(c) for r in rows]) for c in cols}
             try:
-                con.execute(f'CREATE TABLE "{ref.schema_name}"."{ref.name}" ({defs})')
+                create_schema, create, insert = _fixture_table(ref.schema_name, ref.name, kinds)
+                con.execute(create_schema)
+                con.execute(create)
                 if rows:
-                    marks = ", ".join("?" for _ in cols)
-                    con.executemany(f'INSERT INTO "{ref.schema_name}"."{ref.name}" VALUES ({marks})',
-                                    [[r.get(c) for c in cols] for r in rows])
-            except duckdb.Error as exc:
+                    con.executemany(insert, [[r.get(c) for c in cols] for r in rows])
+            except (duckdb.Error, ValueError) as exc:
                 raise ModelError(f"rows of `{table}` cannot be loaded: {str(exc).splitlines()[0]}",
                                  location=_locate(rel, text, table),
                                  hint="declare the column types: types = { col = \"DECIMAL(18,2)\" }") from None
