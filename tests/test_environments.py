@@ -187,6 +187,11 @@ def test_defer_reads_the_other_lake_at_its_pinned_snapshot_and_leaves_it_unchang
     assert [r["t"] for r in names] == ["sales.big"]
     changes = " ".join(str(c) for _, _, c in catalog(project, "dev"))
     assert "view" not in changes.lower() and "orders" not in changes
+    # reproduce replays reads of dev's lake only: a deferred build is skipped with the reason, never compared
+    run_id = query(project, "dev", "SELECT run_id FROM lakewrap.materializations")[0]["run_id"]
+    shown = cli(project, "reproduce", run_id, "--env", "dev", "--format", "json").output
+    (rep,) = json.loads(shown)["results"]
+    assert rep["status"] == "SKIPPED" and "sales.orders from environment `prod`" in rep["detail"], shown
 
     # A table present in dev's own lake is read there, not deferred: dev seeds other rows and builds
     # its own sales.orders; big then reads dev's.

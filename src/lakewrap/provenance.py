@@ -392,6 +392,12 @@ def reproduction(m: Materialization, pin: int | None) -> Reproduction:
         out.status = "SKIPPED"
         out.detail = ("a view holds no rows: `lakewrap explain` shows its SQL" if m.strategy == "view" else
                       "a literal model's statements may write any table: lakewrap cannot tell which to compare")
+    deferred = m.pins.get("deferred") if isinstance(m.pins, dict) else None
+    if deferred:  # reproduce replays reads of this lake only; those tables were another lake's
+        out.status = "SKIPPED"
+        out.detail = (f"it read {', '.join(deferred.get('tables', []))} from environment `{deferred.get('env')}` "
+                      f"(deferred, at its snapshot {deferred.get('snapshot')}): reproduce replays reads of this "
+                      "lake only (docs/environments.md)")
     return out
 
 
