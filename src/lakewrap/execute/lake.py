@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -15,7 +14,7 @@ from lakewrap.config import DuckLakeLakeConfig, ProjectConfig, load_config
 from lakewrap.errors import ConfigError, ExecutionError, Location, NoLake, relpath
 from lakewrap.execute import extensions, sandbox
 from lakewrap.execute import statements as sql
-from lakewrap.execute.lockwait import wait_seconds, waiting_for_lock
+from lakewrap.execute.lockwait import HELD, wait_seconds, waiting_for_lock
 from lakewrap.execute.retry import RetryPolicy, retrying
 from lakewrap.redact import redact
 
@@ -279,7 +278,7 @@ class Lake:
 
     def attach_error(self, exc: Exception) -> ExecutionError:
         text = self.redact(str(exc))
-        held = re.search(r"Conflicting lock is held in .*?\(PID (\d+)\)", text)
+        held = HELD.search(text)
         if held:
             where = relpath(self.config.catalog_path(self.root), self.root)
             return ExecutionError(
