@@ -542,3 +542,9 @@ def test_show_on_iceberg_reads_pinned_views_and_writes_nothing(tmp_path: Path) -
     assert Counter(shown.rows) == Counter(want) and len(want) == 3
     assert all(isinstance(r[0], datetime) and isinstance(r[3], Decimal) for r in shown.rows)
     assert (lake_files(root), iceberg_state(root), runlog_rows(root / ".lakewrap" / "runlog.duckdb")) == before
+
+
+def test_ls_state_new_lists_the_models_the_lake_never_built(built: Path) -> None:
+    doc = json.loads(ok("ls", "state:new", "--project", str(built), "--format", "json"))
+    assert {m["target"] for m in doc["models"]} == {"sales.typed_ok", "sales.typed_bad", "sales.broken", "sales.lit"}
+    assert next(m for m in doc["models"] if m["target"] == "sales.lit")["strategy"] == "literal"

@@ -97,6 +97,15 @@ def show_cmd(model: str, partition: str | None, limit: int, now: str | None, fmt
         sys.exit(1)
 
 
+def _mark(c: Any) -> str:
+    """A column against its `-- column` line: ``ok``, or what breaks it."""
+    if c.declared is None:
+        return "MISMATCH: not declared"
+    if c.problem is None:
+        return "ok"
+    return f"MISMATCH: declared {c.declared}" if c.declared != c.type else "MISMATCH: NULL in the rows shown"
+
+
 def _emit_show(shown: Any) -> None:
     spec, w = shown.spec, shown.window
     head = f"{spec.target} ({spec.path}, {spec.strategy.kind})"
@@ -104,7 +113,7 @@ def _emit_show(shown: Any) -> None:
         head += f", partition {w.value}: {w.closed.replace('start', w.start).replace('end', w.end)}"
     _write(head + "\n\n")
     if spec.columns:
-        marks = ["MISMATCH" if c.problem else "ok" if c.declared else "-" for c in shown.columns]
+        marks = [_mark(c) for c in shown.columns]
         _show_table(("column", "type", "contract"), [(c.name, c.type, m) for c, m in zip(shown.columns, marks,
                                                                                          strict=True)])
     else:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap import __version__
-from lakewrap.errors import PlanError, SelectionError
+from lakewrap.errors import PlanError, SelectionError, UnsupportedError
 from lakewrap.listing import SCHEMA_VERSION
 from lakewrap.spec import ModelSpec
 
@@ -118,9 +118,15 @@ def _run(sub: Any, lake: Any, con: Any, spec: ModelSpec, plan: Any, limit: int) 
 
     statement = compiler_for(plan.substrate).preview(plan, limit + 1)  # one more: whether there are more
     sandbox.check(statement.sql, allowed=sandbox.QUERY_TYPES, what=spec.path, single=True,
-                  files=lake.sandbox() is not None)
+                  files=sub.file_sandbox(lake.root))
     params = {k: v.python() for k, v in statement.params.items()}
-    with sub.test_session(lake, con, spec) as cursor:
+    try:
+        session = sub.test_session(lake, con, spec)
+    except NotImplementedError:
+        raise UnsupportedError(f"substrate `{sub.name}` gives no read session a model's SELECT can run in",
+                               hint="`lakewrap show` runs in the session of Substrate.test_session, which this "
+                               "substrate does not implement") from None
+    with session as cursor:
         try:
             result = cursor.execute(statement.sql, params) if params else cursor.execute(statement.sql)
             names = [(d[0], str(d[1])) for d in result.description]
