@@ -330,6 +330,17 @@ TYPED_BAD = """-- materialized table
 SELECT order_id, CAST(amount AS DECIMAL(18, 2)) AS amount, status
 FROM raw.orders
 """
+TYPED_NULL = """-- materialized table
+-- column order_id BIGINT
+-- column note VARCHAR not_null
+SELECT order_id, CASE WHEN order_id % 2 = 0 THEN NULL ELSE 'odd' END AS note
+FROM raw.orders
+"""
+TYPED_STAR = """-- materialized table
+-- column ORDER_ID BIGINT
+-- column gone VARCHAR
+SELECT * FROM raw.orders
+"""
 BROKEN = """-- materialized table
 SELECT order_id, no_such_column
 FROM raw.orders
@@ -380,7 +391,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = copy_shop(tmp_path_factory.mktemp("show") / "shop")
     ok("seed", "--project", str(root))
     ok("run", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-03")
-    for name, text in (("typed_ok", TYPED_OK), ("typed_bad", TYPED_BAD), ("broken", BROKEN), ("lit", LITERAL)):
+    for name, text in (("typed_ok", TYPED_OK), ("typed_bad", TYPED_BAD), ("typed_null", TYPED_NULL),
+                       ("typed_star", TYPED_STAR), ("broken", BROKEN), ("lit", LITERAL)):
         (root / "models" / "sales" / f"{name}.sql").write_text(text)
     return root
 
@@ -475,6 +487,26 @@ def test_show_marks_the_columns_against_the_contract(built: Path) -> None:
     assert code == 1 and "MISMATCH" in out and "typed_bad.sql:3: column `amount` is declared DOUBLE" in err
 
 
+def test_show_checks_not_null_on_the_rows_shown_and_names_undeclared_columns(built: Path) -> None:
+    doc = show_json(built, "typed_null", "--limit", "7", code=1)
+    nulls = sum(r[1] is None for r in doc["rows"])
+    assert len(doc["rows"]) == 7 and 0 < nulls < 7 and all((r[1] is None) == (r[0] % 2 == 0) for r in doc["rows"])
+    assert doc["contract"]["problems"] == [
+        f"models/sales/typed_null.sql:3: column `note` is declared not_null but {nulls} of the rows shown are NULL"]
+    columns_only = show_json(built, "typed_null", "--limit", "0")  # no row shown, no NULL seen; types agree
+    assert columns_only["contract"]["ok"] is True
+    doc = show_json(built, "typed_star", "--limit", "1", code=1)
+    names = [c["name"] for c in doc["columns"]]
+    assert names == ["order_id", "customer_id", "amount", "status", "created_at", "updated_at"]
+    assert doc["columns"][0]["declared"] == "BIGINT" and doc["columns"][0]["problem"] is None  # ORDER_ID
+    assert doc["contract"]["problems"] == [
+        *(f"models/sales/typed_star.sql: the SELECT returns column `{c['name']}` ({c['type']}) that no "
+          "`-- column` declares" for c in doc["columns"][1:]),
+        "models/sales/typed_star.sql:3: column `gone` is declared VARCHAR but the SELECT does not return it"]
+    code, out, err = cli("show", "typed_star", "--limit", "1", "--project", str(built))
+    assert code == 1 and "MISMATCH: not declared" in out and "`gone` is declared VARCHAR" in err, out + err
+
+
 def test_show_refuses_what_it_cannot_show_and_names_it(built: Path) -> None:
     code, _out, err = cli("show", "orders", "--partition", "2024-1-2", "--project", str(built))
     assert code == 2 and "models/sales/orders.sql: `2024-1-2` is not a daily partition value" in err, err
@@ -546,5 +578,6 @@ def test_show_on_iceberg_reads_pinned_views_and_writes_nothing(tmp_path: Path) -
 
 def test_ls_state_new_lists_the_models_the_lake_never_built(built: Path) -> None:
     doc = json.loads(ok("ls", "state:new", "--project", str(built), "--format", "json"))
-    assert {m["target"] for m in doc["models"]} == {"sales.typed_ok", "sales.typed_bad", "sales.broken", "sales.lit"}
+    assert {m["target"] for m in doc["models"]} == {"sales.typed_ok", "sales.typed_bad", "sales.typed_null",
+                                                    "sales.typed_star", "sales.broken", "sales.lit"}
     assert next(m for m in doc["models"] if m["target"] == "sales.lit")["strategy"] == "literal"
