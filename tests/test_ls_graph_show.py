@@ -581,3 +581,31 @@ def test_ls_state_new_lists_the_models_the_lake_never_built(built: Path) -> None
     assert {m["target"] for m in doc["models"]} == {"sales.typed_ok", "sales.typed_bad", "sales.typed_null",
                                                     "sales.typed_star", "sales.broken", "sales.lit"}
     assert next(m for m in doc["models"] if m["target"] == "sales.lit")["strategy"] == "literal"
+
+
+EVENTS = "id,ts\n" + "".join(f"{i},2024-01-0{1 + i % 3} {i:02d}:00:00\n" for i in range(1, 13))
+DYNAMIC = """-- materialized incremental
+-- partitioned dynamic key=ts
+-- append
+SELECT id, ts FROM raw.events WHERE ts > $partition_start AND ts <= $partition_end
+"""
+
+
+def test_show_reads_a_dynamic_models_window_from_its_recorded_watermark(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    (root / "models" / "app").mkdir(parents=True)
+    (root / "seeds" / "raw").mkdir(parents=True)
+    (root / "seeds" / "raw" / "events.csv").write_text(EVENTS)
+    (root / "models" / "app" / "events.sql").write_text(DYNAMIC)
+    ok("seed", "--project", str(root))
+    ok("run", "--project", str(root), "--now", "2024-01-02T00:00:00Z")  # records the watermark
+    doc = show_json(root, "events", "--now", "2024-01-03T00:00:00Z", "--limit", "100")
+    assert doc["window"]["kind"] == "dynamic" and doc["window"]["closed"] == "(start, end]"
+    assert doc["window"]["start"] == "2024-01-02T00:00:00+00:00" and doc["window"]["end"] == "2024-01-03T00:00:00+00:00"
+    con = duckdb.connect()
+    want = con.execute(f"SELECT id, ts FROM read_csv('{root / 'seeds' / 'raw' / 'events.csv'}') "
+                       "WHERE ts > TIMESTAMP '2024-01-02' AND ts <= TIMESTAMP '2024-01-03'").fetchall()
+    con.close()
+    assert 0 < len(want) < 12 and Counter(tuple(r) for r in doc["rows"]) == as_json(want)
+    code, _out, err = cli("show", "events", "--partition", "2024-01-02", "--project", str(root))
+    assert code == 2 and "has a dynamic (watermark) partition; it takes no --partition" in err, err
