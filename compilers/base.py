@@ -108,6 +108,13 @@ class Compiler(Strategies):
         return CompiledStatement(role="stage", sql=q.render(node),
                                  params={k: available[k] for k in sorted(parameters(node)) if k in available})
 
+    def preview(self, plan: Plan, limit: int) -> CompiledStatement:
+        """``SELECT * FROM (<model SELECT>) LIMIT n``: the first rows of the result (``lakewrap show``)."""
+        node = self.empty_of(self.query(plan)).limit(exp.Literal.number(limit), copy=False)
+        available = plan.params()
+        return CompiledStatement(role="stage", sql=q.render(node), note="the first rows of the model's SELECT",
+                                 params={k: available[k] for k in sorted(parameters(node)) if k in available})
+
     # --- dispatch ---------------------------------------------------------------------------------
 
     def shapes(self, plan: Plan) -> list[Shape]:

@@ -3,8 +3,8 @@
 On a folder that is not a lakewrap project, or a ``--project`` that does not exist, every read-only
 command exits 2 naming the folder and what is missing, and the folder is left as it was (compared
 file by file). On a project whose lake was never created, ``query``, ``status``, ``history``,
-``explain``, ``test``, ``reproduce`` and ``resume`` exit 2 with a hint (``lakewrap seed`` / ``lakewrap run``) and
-create no lake: on DuckLake, on Iceberg's embedded catalog (write path pyiceberg), and on a REST
+``explain``, ``test``, ``reproduce``, ``resume`` and ``show`` exit 2 with a hint (``lakewrap seed`` /
+``lakewrap run``) and create no lake: on DuckLake, on Iceberg's embedded catalog (write path pyiceberg), and on a REST
 catalog written by DuckDB SQL, whose catalog stays without a namespace.
 """
 
@@ -19,8 +19,9 @@ import pytest
 from lakeproject import cli
 
 READERS = [["query", "SELECT 1"], ["status"], ["history", "a"], ["compile"], ["explain", "3"], ["test"],
-           ["reproduce", "r"], ["resume", "r"]]  # resume writes, but finds no run to resume: creates nothing
-LAKE_READERS = [c for c in READERS if c[0] != "compile"]  # compile never opens a lake
+           ["reproduce", "r"], ["resume", "r"],  # resume writes, but finds no run to resume: creates nothing
+           ["show", "a"], ["ls"], ["graph"]]
+LAKE_READERS = [c for c in READERS if c[0] not in ("compile", "ls", "graph")]  # these never open a lake
 MODEL = "-- materialized table\n-- test unique a\nSELECT 1 AS a\n"
 
 
@@ -77,7 +78,7 @@ def test_reading_a_fresh_rest_catalog_creates_nothing_in_it(tmp_path: Path) -> N
     with ExitStack() as stack:
         uri, _ = start_rest(tmp_path, stack)
         root = _project(tmp_path / "project", rest_toml(uri))
-        for command in (["query", "SELECT 42 AS x"], ["status"], ["history", "a"]):
+        for command in (["query", "SELECT 42 AS x"], ["status"], ["history", "a"], ["show", "a"]):
             code, out, err = cli(*command, "--project", str(root))
             assert code == 0, (command, out + err)
         assert not (root / ".lakewrap").exists()

@@ -476,6 +476,10 @@ from lakewrap.cli_envs import register as register_envs  # noqa: E402
 
 register_envs(main, _emit_run)
 
+from lakewrap.cli_look import register as register_look  # noqa: E402  (ls, graph, show)
+
+register_look(main)
+
 from lakewrap.cli_workflow import register as register_workflow  # noqa: E402  (init, clean, debug)
 
 register_workflow(main)

@@ -64,11 +64,17 @@ def seeds(root: Path) -> list[Seed]:
                                + f"a seed's .toml is named like its CSV: {side.with_suffix('.csv').name}")
     out = []
     for path in files:
-        parts = path.relative_to(base).with_suffix("").parts
-        schema, name = (parts[0], parts[-1]) if len(parts) > 1 else ("raw", parts[0])
+        schema, name = seed_target(root, path)
         fmt, _ = read_format(root, path)
         out.append(Seed(path, path.relative_to(root).as_posix(), schema, name, fmt, file_sha256(path)))
     return out
+
+
+def seed_target(root: Path, path: Path) -> tuple[str, str]:
+    """The (schema, table) a seed file loads: ``seeds/raw/orders.csv`` → ``raw.orders``, a file
+    directly under ``seeds/`` → schema ``raw``, a deeper one → its first folder and its stem."""
+    parts = path.relative_to(root / "seeds").with_suffix("").parts
+    return (parts[0], parts[-1]) if len(parts) > 1 else ("raw", parts[0])
 
 
 def file_sha256(path: Path) -> str:

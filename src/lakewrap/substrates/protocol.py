@@ -24,7 +24,8 @@ ask it for a role and never branch on the substrate's name:
   sparing run records, old and orphan files), or a refusal with a hint.
 - reads (:meth:`Substrate.query`): one read-only statement for ``lakewrap query``, optionally as of
   a run or snapshot (:class:`lakewrap.provenance.RunOrSnapshot`);
-- tests (:meth:`Substrate.test_session`): the session ``lakewrap test`` runs a model's tests in;
+- tests (:meth:`Substrate.test_session`): the session ``lakewrap test`` runs a model's tests in
+  (and ``lakewrap show`` its SELECT);
 - shell (:meth:`Substrate.shell_config`): the ``[lake]`` another DuckDB client attaches
   (``lakewrap shell``), refused where none can;
 - provenance backend (:meth:`Substrate.provenance`): the records ``explain``, ``reproduce``,
