@@ -69,7 +69,9 @@ def query_paths(sql: Any, column: str,
         if isinstance(node.source, exp.Table) and not node.downstream:
             found.add((*path, f"{_table_key(node.source)}.{node.name.rsplit('.', 1)[-1]}"))
             return
-        step = (node.name,) if path and "." in node.name else ()
+        named = getattr(node, "reference_node_name", "")  # the CTE or subquery, not its alias in FROM
+        step = ((f"{named}.{node.name.rsplit('.', 1)[-1]}" if named else node.name),) \
+            if path and "." in node.name else ()
         for child in node.downstream:
             walk(child, (*path, *step))
 
@@ -232,6 +234,11 @@ class Lineage:
         return self._step(key, column, (), tuple(children))
 
 
+def passes_through(step: ColumnStep) -> bool:
+    """Whether the model's column is a plain reference to a column of that name (``t.c AS c``)."""
+    return (step.expression or "").lower().rsplit(".", 1)[-1].strip('"') == step.column
+
+
 def render_text(tree: ColumnStep, direction: str) -> str:
     """The tree as indented text, one column a line: ``name  = expression  [file]``."""
     lines: list[str] = []
@@ -240,7 +247,7 @@ def render_text(tree: ColumnStep, direction: str) -> str:
         text = step.name
         if step.via:
             text += "  via " + ", ".join(step.via)
-        if step.expression and step.kind == "model" and step.expression.lower() != step.column:
+        if step.expression and step.kind == "model" and not passes_through(step):
             text += f"  = {step.expression}"
         text += f"  [{step.kind}{' ' + step.path if step.path else ''}]"
         lines.append(prefix + branch + text)
@@ -327,10 +334,13 @@ def build(project: Project, root: Path, lake: Mapping[str, Mapping[str, str]] | 
         for col in outputs:
             try:
                 inputs[key][col] = query_paths(tree, col, known)
-                expressions[key][col] = _expression(tree, col, known)
+                expressions[key][col], typed = _expression(tree, col, known)
             except Exception as exc:  # sqlglot's lineage cannot follow this column
                 problems[key] = f"column `{col}`: {exc}"
                 inputs[key][col] = []
+                continue
+            if outputs[col] is None:
+                outputs[col] = typed or _passed_type(inputs[key][col], expressions[key][col], col, relations)
     return Lineage(relations, inputs, expressions, problems)
 
 
@@ -362,15 +372,27 @@ def _model_columns(spec: ModelSpec, tree: Any, known: Mapping[str, Mapping[str, 
     return {n: contract.get(n) or actual.get(n) for n in names}
 
 
-def _expression(tree: Any, column: str, known: Mapping[str, Mapping[str, str | None]]) -> str:
-    """The SELECT item computing ``column`` (qualified by sqlglot), as DuckDB SQL."""
+def _expression(tree: Any, column: str, known: Mapping[str, Mapping[str, str | None]]) -> tuple[str, str | None]:
+    """The SELECT item computing ``column`` (qualified by sqlglot) as DuckDB SQL, and its type when
+    the item says it (a ``CAST``)."""
     from sqlglot import exp
 
     node = _root(tree, column, known)
     expr = node.expression
     if isinstance(expr, exp.Alias):
         expr = expr.this
-    return str(expr.sql(dialect=DIALECT))
+    typed = expr.args["to"].sql(dialect=DIALECT) if isinstance(expr, exp.Cast) else None
+    return str(expr.sql(dialect=DIALECT)), typed
+
+
+def _passed_type(paths: list[tuple[str, ...]], expression: str, column: str,
+                 relations: Mapping[str, Relation]) -> str | None:
+    """The type of the one column a plain column reference passes on, when that one is known."""
+    if len(paths) != 1 or not passes_through(ColumnStep("", column, "model", None, expression)):
+        return None
+    rel, _, col = paths[0][-1].rpartition(".")
+    found = relations.get(rel)
+    return (found.columns or {}).get(col) if found is not None else None
 
 
 def of_project(root: Path, *, with_lake: bool = True) -> Lineage:

@@ -132,7 +132,8 @@
       var label = el("a", { href: root + (pages[key] || "#"), "class": "col" }, step.relation + "." + step.column);
       li.appendChild(label);
       if (step.via && step.via.length) { li.appendChild(el("span", { "class": "muted" }, " via " + step.via.join(", "))); }
-      if (step.expression && step.kind === "model" && step.expression.toLowerCase() !== step.column) {
+      var bare = (step.expression || "").toLowerCase().split(".").pop().replace(/"/g, "") === step.column;
+      if (step.expression && step.kind === "model" && !bare) {
         li.appendChild(el("code", { "class": "expr" }, " = " + step.expression));
       }
       li.appendChild(el("span", { "class": "kind" }, " " + step.kind));
