@@ -230,8 +230,8 @@ def _partitions(data: dict[str, Any], rel: dict[str, Any]) -> str:
     return (f'<h2>Partitions</h2><div class="strip" aria-label="partitions">{cells}</div>'
             f'<p class="muted">{escape(s["cells"][0]["value"])} … {escape(s["cells"][-1]["value"])}: '
             f'{counts["materialized"]} materialized, {counts["stale"]} stale, {counts["gap"]} missing.{later} '
-            '<span class="cell materialized"></span> materialized <span class="cell stale"></span> stale '
-            '<span class="cell gap"></span> missing</p>')
+            '<span class="legend"><span class="cell materialized"></span> materialized '
+            '<span class="cell stale"></span> stale <span class="cell gap"></span> missing</span></p>')
 
 
 def _history(data: dict[str, Any], rel: dict[str, Any]) -> str:

@@ -129,10 +129,11 @@
     var tree = function (step) {
       var li = el("li", { "class": "step " + step.kind });
       var key = step.relation.toLowerCase();
-      var label = el("a", { href: root + (pages[key] || "#"), "class": "col" }, step.relation + "." + step.column);
+      var label = el("a", { href: root + (pages[key] || "#"), "class": "col" }, step.column);
+      var short = step.column.split(".").pop();
       li.appendChild(label);
       if (step.via && step.via.length) { li.appendChild(el("span", { "class": "muted" }, " via " + step.via.join(", "))); }
-      var bare = (step.expression || "").toLowerCase().split(".").pop().replace(/"/g, "") === step.column;
+      var bare = (step.expression || "").toLowerCase().split(".").pop().replace(/"/g, "") === short;
       if (step.expression && step.kind === "model" && !bare) {
         li.appendChild(el("code", { "class": "expr" }, " = " + step.expression));
       }
