@@ -201,7 +201,8 @@ def test_the_command_prints_the_tree_and_its_json(tmp_path: Path) -> None:
     code, out, _ = run("lineage", "raw.pay.id", "--downstream", "--format", "json", "--project", str(root))
     assert code == 0
     got = json.loads(out)
-    assert got["direction"] == "downstream" and got["read_by"] == ["marts.d.id"]
+    assert got["direction"] == "downstream"
+    assert got["computed_from_it"] == ["marts.b.id", "marts.d.id", "stg.a.id"]
     assert [n["column"] for n in got["tree"]["next"]] == ["stg.a.id"]
     assert [n["column"] for n in got["tree"]["next"][0]["next"]] == ["marts.b.id"]
 
@@ -220,3 +221,11 @@ def test_the_example_project_lineage(tmp_path: Path) -> None:
     assert list(graph.relations["marts.customer_history"].columns) == ["customer_id", "name", "country", "tier"]
     assert not graph.problems
     assert not (root / ".lakewrap").exists()  # reading the project made no lake
+
+
+def test_a_literal_model_says_it_has_no_column_lineage(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"m/log.sql": "CREATE TABLE IF NOT EXISTS m.log (id BIGINT);\n"
+                                            "INSERT INTO m.log SELECT id FROM raw.pay;\n"})
+    graph = of_project(root)
+    assert "literal" in graph.problems["m.log"]
+    assert graph.downstream("raw.pay", "id").next == ()  # its INSERT is not followed

@@ -33,7 +33,8 @@ def lineage_cmd(column: str, direction: str, fmt: str, project: Path) -> None:
     tree = graph.upstream(rel.key, col) if direction == "upstream" else graph.downstream(rel.key, col)
     if fmt == "json":
         out = {"column": tree.name, "direction": direction, "tree": tree.to_dict(),
-               ("sources" if direction == "upstream" else "read_by"): tree.leaves() if tree.next else [],
+               **({"sources": tree.leaves() if tree.next else []} if direction == "upstream"
+                  else {"computed_from_it": tree.reached()}),
                "problems": graph.problems}
         _write(json.dumps(out, indent=2) + "\n")
         return

@@ -192,7 +192,9 @@ def _columns(rel: dict[str, Any]) -> str:
         f'<tr><td><button type="button" class="column" data-column="{escape(c["name"])}">{escape(c["name"])}'
         f'</button></td><td><code>{escape(c["type"] or "unknown")}</code></td>'
         f'<td>{escape(c["description"] or "")}</td></tr>' for c in cols)
-    return (f'<h2>Columns ({len(cols)})</h2><table class="cols"><thead><tr><th>column</th><th>type</th>'
+    why = rel.get("columns_note")
+    note = f'<p class="warning">No column lineage: {escape(why)}.</p>' if why else ""
+    return (f'<h2>Columns ({len(cols)})</h2>{note}<table class="cols"><thead><tr><th>column</th><th>type</th>'
             f'<th>description</th></tr></thead><tbody>{rows}</tbody></table>')
 
 

@@ -142,6 +142,10 @@ class ColumnStep:
         return {"column": self.name, "relation": self.relation, "kind": self.kind, "path": self.path,
                 "expression": self.expression, "via": list(self.via), "next": [n.to_dict() for n in self.next]}
 
+    def reached(self) -> list[str]:
+        """Every column of the tree below this one, sorted (for downstream: every column computed from it)."""
+        return sorted({n.name for n in self.next} | {r for n in self.next for r in n.reached()})
+
     def leaves(self) -> list[str]:
         if not self.next:
             return [self.name]
@@ -256,9 +260,10 @@ def render_text(tree: ColumnStep, direction: str) -> str:
             line(child, inner if branch else "", "└── " if i == len(step.next) - 1 else "├── ")
 
     line(tree, "", "")
-    leaves = tree.leaves() if tree.next else []
-    word = "sources" if direction == "upstream" else "read by"
-    lines.append(f"{word}: " + (", ".join(leaves) if leaves else "(none)"))
+    if direction == "upstream":
+        lines.append("sources: " + (", ".join(tree.leaves()) if tree.next else "(none)"))
+    else:
+        lines.append("computed from it: " + (", ".join(tree.reached()) or "(none)"))
     return "\n".join(lines) + "\n"
 
 
@@ -322,9 +327,11 @@ def build(project: Project, root: Path, lake: Mapping[str, Mapping[str, str]] | 
                                                    if r.columns is not None}
         tree, why = _tree(spec)
         outputs = _model_columns(spec, tree, known, lake.get(key))
-        if outputs is None:
-            problems[key] = why or ("its SELECT reads `*` of a relation whose columns are not known: give "
-                                    "`-- column` contracts, or run its upstream first")
+        if why is not None:
+            problems[key] = why
+        elif outputs is None:
+            problems[key] = ("its SELECT reads `*` of a relation whose columns are not known: give "
+                             "`-- column` contracts, or run its upstream first")
         relations[key] = Relation(key, str(spec.target), "model", spec.path, outputs,
                                   {c.name.lower(): c.description for c in spec.columns if c.description},
                                   spec.body_line)
