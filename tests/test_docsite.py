@@ -135,6 +135,10 @@ def test_with_a_lake_the_site_shows_what_it_recorded_and_writes_nothing(lake_sit
     assert tests["not_null"]["status"] == "pass" and tests["accepted_values"]["partition"] == "2024-01-03"
     page = (lake_site / "target" / "docs" / "models" / "sales.orders.html").read_text()
     assert page.count('class="cell materialized"') == 3 + 1  # the strip and its legend
+    # the recent runs, from the run log
+    logged = query(lake_site, "SELECT run_id, command, status FROM lakewrap_runs ORDER BY started_at DESC").rows
+    assert [(r["run_id"], r["command"], r["status"]) for r in data["runs"]] == logged  # type: ignore[attr-defined]
+    assert [r[1] for r in logged] == ["run", "seed"]
 
 
 def test_the_strip_and_the_layout() -> None:

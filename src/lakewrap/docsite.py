@@ -72,7 +72,7 @@ def collect(root: Path, now: datetime | None = None) -> dict[str, Any]:
         sources.append({**_relation(graph, rel), "downstream": sorted(readers.get(key, ())), "upstream": [],
                         **facts.get(key, {})})
     return {"project": root.name, "generated_at": now.isoformat(timespec="seconds"), "lake": note,
-            "has_lake": lake, "models": models, "sources": sources,
+            "has_lake": lake, "models": models, "sources": sources, "runs": recent_runs(root) if lake else [],
             "graph": layout([(m["key"], m["upstream"]) for m in models], [s["key"] for s in sources])}
 
 
@@ -170,6 +170,20 @@ def _lake_facts(root: Path, now: datetime, targets: list[str]) -> dict[str, dict
         out.setdefault(st.target.lower(), {}).update(
             {"strip": strip(st.partitions, st.gaps, st.stale), "stale": st.stale, "failures": st.failures})
     return out
+
+
+def recent_runs(root: Path) -> list[dict[str, Any]]:
+    """The ten latest runs of the run log (``lakewrap_runs``, read-only), newest first."""
+    from lakewrap.errors import LakewrapError
+    from lakewrap.inspect import query
+
+    try:
+        result = query(root, "SELECT run_id, command, status, started_at, steps, succeeded, failed, skipped "
+                             "FROM lakewrap_runs ORDER BY started_at DESC LIMIT 10")
+    except LakewrapError:  # a run log this substrate keeps elsewhere, or none yet
+        return []
+    return [dict(zip(result.columns, (str(v) if v is not None else None for v in row), strict=True))
+            for row in result.rows]
 
 
 def _history_row(m: Any) -> dict[str, Any]:

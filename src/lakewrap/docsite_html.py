@@ -131,8 +131,19 @@ def index_page(data: dict[str, Any]) -> str:
 <button type="button" data-zoom="reset" title="Fit">fit</button></div>
 <div class="graph-box">{svg}</div>
 <p class="lake-note">{escape(data['lake'])}</p>
+{_runs(data)}
 <div class="columns2">{''.join(lists)}</div>"""
     return _page(data, "DAG", body, 0)
+
+
+def _runs(data: dict[str, Any]) -> str:
+    if not data.get("runs"):
+        return ""
+    keys = ("run_id", "command", "status", "started_at", "steps", "succeeded", "failed", "skipped")
+    head = "".join(f"<th>{k.replace('_', ' ')}</th>" for k in keys)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(str(r.get(k) or '-'))}</td>" for k in keys) + "</tr>"
+                   for r in data["runs"])
+    return f'<h2>Recent runs</h2><table class="runs"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
 def _links(keys: list[str], names: dict[str, dict[str, Any]]) -> str:
@@ -237,11 +248,16 @@ def _partitions(data: dict[str, Any], rel: dict[str, Any]) -> str:
 
 
 def _history(data: dict[str, Any], rel: dict[str, Any]) -> str:
+    failed = "".join(f'<li><span class="outcome fail">failed</span> run {escape(str(f.get("run_id")))}'
+                     + (f', partition {escape(str(f["partition"]))}' if f.get("partition") else "")
+                     + f': <code>{escape(str(f.get("error") or ""))}</code></li>' for f in rel.get("failures") or [])
+    failures = f'<h2>Failures since the last commit</h2><ul class="failures">{failed}</ul>' if failed else ""
     if not data["has_lake"] or not rel.get("history"):
-        return ""
+        return failures
     keys = ("committed_at", "run_id", "partition", "strategy", "rows_inserted", "rows_updated", "rows_deleted",
             "snapshot_id")
     head = "".join(f"<th>{k.replace('_', ' ')}</th>" for k in keys)
     rows = "".join("<tr>" + "".join(f"<td>{escape(str(h.get(k) if h.get(k) is not None else '-'))}</td>"
                                     for k in keys) + "</tr>" for h in rel["history"])
-    return f'<h2>Recent history</h2><table class="history"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    return (failures + '<h2>Recent history</h2><table class="history">'
+            f'<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
