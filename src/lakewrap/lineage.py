@@ -44,11 +44,14 @@ def _schema(columns: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:
     return out
 
 
-def _root(sql: Any, column: str, columns: Mapping[str, Mapping[str, str | None]]) -> Any:
+def _roots(sql: Any, columns: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:
+    """sqlglot's lineage node of every output column of the SELECT ``sql``, by lower-case name (one
+    qualification and one walk shared by all columns)."""
     from sqlglot.lineage import lineage
 
     schema: Any = _schema(columns) or None
-    return lineage(column.lower(), sql, schema=schema, dialect=DIALECT)
+    roots = lineage(None, sql, schema=schema, dialect=DIALECT)
+    return {name.lower(): node for name, node in roots.items()}
 
 
 def query_paths(sql: Any, column: str,
@@ -60,9 +63,17 @@ def query_paths(sql: Any, column: str,
     to resolve unqualified names and expand ``*``. A column computed from no table column (a
     literal, ``count(*)``) has no path.
     """
+    roots = _roots(sql, columns or {})
+    if column.lower() not in roots:
+        from sqlglot.errors import SqlglotError
+
+        raise SqlglotError(f"Cannot find column '{column}' in query.")
+    return _paths(roots[column.lower()], column.lower())
+
+
+def _paths(root: Any, column: str) -> list[tuple[str, ...]]:
     from sqlglot import exp
 
-    root = _root(sql, column, columns or {})
     found: set[tuple[str, ...]] = set()
 
     def walk(node: Any, path: tuple[str, ...]) -> None:
@@ -75,7 +86,7 @@ def query_paths(sql: Any, column: str,
         for child in node.downstream:
             walk(child, (*path, *step))
 
-    walk(root, (column.lower(),))
+    walk(root, (column,))
     return sorted(found)
 
 
@@ -338,14 +349,19 @@ def build(project: Project, root: Path, lake: Mapping[str, Mapping[str, str]] | 
         if tree is None or outputs is None:
             continue
         inputs[key], expressions[key] = {}, {}
+        try:
+            roots = _roots(tree, known)
+        except Exception as exc:  # sqlglot's lineage cannot follow this query
+            problems[key] = str(exc)
+            roots = {}
         for col in outputs:
-            try:
-                inputs[key][col] = query_paths(tree, col, known)
-                expressions[key][col], typed = _expression(tree, col, known)
-            except Exception as exc:  # sqlglot's lineage cannot follow this column
-                problems[key] = f"column `{col}`: {exc}"
+            node = roots.get(col)
+            if node is None:
+                problems.setdefault(key, f"column `{col}` is not followed by sqlglot's lineage")
                 inputs[key][col] = []
                 continue
+            inputs[key][col] = _paths(node, col)
+            expressions[key][col], typed = _expression(node)
             if outputs[col] is None:
                 outputs[col] = typed or _passed_type(inputs[key][col], expressions[key][col], col, relations)
     return Lineage(relations, inputs, expressions, problems)
@@ -379,12 +395,11 @@ def _model_columns(spec: ModelSpec, tree: Any, known: Mapping[str, Mapping[str, 
     return {n: contract.get(n) or actual.get(n) for n in names}
 
 
-def _expression(tree: Any, column: str, known: Mapping[str, Mapping[str, str | None]]) -> tuple[str, str | None]:
-    """The SELECT item computing ``column`` (qualified by sqlglot) as DuckDB SQL, and its type when
+def _expression(node: Any) -> tuple[str, str | None]:
+    """The SELECT item of a lineage root (qualified by sqlglot) as DuckDB SQL, and its type when
     the item says it (a ``CAST``)."""
     from sqlglot import exp
 
-    node = _root(tree, column, known)
     expr = node.expression
     if isinstance(expr, exp.Alias):
         expr = expr.this
