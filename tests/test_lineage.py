@@ -164,6 +164,16 @@ def test_a_star_over_a_table_nobody_knows_is_reported_not_guessed(tmp_path: Path
         graph.resolve("m.e.x")
 
 
+def test_a_table_nobody_describes_has_the_columns_the_models_read(tmp_path: Path) -> None:
+    root = _project(tmp_path, {"m/f.sql": "-- materialized table\nSELECT k, v * 2 AS w FROM ext.things\n"})
+    graph = of_project(root)
+    assert graph.relations["ext.things"].columns == {"k": None, "v": None}
+    assert "no seed or lake table" in graph.problems["ext.things"]
+    assert graph.downstream("ext.things", "v").leaves() == ["m.f.w"]
+    rel, column = graph.resolve("ext.things.v")
+    assert (rel.kind, column) == ("table", "v")
+
+
 def test_the_lake_s_types_fill_in_what_the_files_do_not_say(tmp_path: Path) -> None:
     root = _project(tmp_path, MODELS)
     project = Project.load(root)

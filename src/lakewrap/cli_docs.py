@@ -40,7 +40,7 @@ def lineage_cmd(column: str, direction: str, fmt: str, project: Path) -> None:
         return
     _write(render_text(tree, direction))
     for key, why in sorted(graph.problems.items()):
-        _say("warning:", f"{key}: lineage not known: {why}", "yellow", stderr=True)
+        _say("warning:", f"{key}: {why}", "yellow", stderr=True)
 
 
 @click.group("docs")

@@ -204,7 +204,7 @@ def _columns(rel: dict[str, Any]) -> str:
         f'</button></td><td><code>{escape(c["type"] or "unknown")}</code></td>'
         f'<td>{escape(c["description"] or "")}</td></tr>' for c in cols)
     why = rel.get("columns_note")
-    note = f'<p class="warning">No column lineage: {escape(why)}.</p>' if why else ""
+    note = f'<p class="warning">Note: {escape(why)}.</p>' if why else ""
     return (f'<h2>Columns ({len(cols)})</h2>{note}<table class="cols"><thead><tr><th>column</th><th>type</th>'
             f'<th>description</th></tr></thead><tbody>{rows}</tbody></table>')
 

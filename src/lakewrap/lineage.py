@@ -364,7 +364,25 @@ def build(project: Project, root: Path, lake: Mapping[str, Mapping[str, str]] | 
             expressions[key][col], typed = _expression(node)
             if outputs[col] is None:
                 outputs[col] = typed or _passed_type(inputs[key][col], expressions[key][col], col, relations)
+    _sources_seen(relations, inputs, problems)
     return Lineage(relations, inputs, expressions, problems)
+
+
+def _sources_seen(relations: dict[str, Relation], inputs: Mapping[str, Mapping[str, list[tuple[str, ...]]]],
+                  problems: dict[str, str]) -> None:
+    """A table no seed, model or lake describes gets the columns the models read of it (types
+    unknown), and says so."""
+    seen: dict[str, dict[str, None]] = {}
+    for cols in inputs.values():
+        for paths in cols.values():
+            for p in paths:
+                rel, _, col = p[-1].rpartition(".")
+                if rel not in relations or relations[rel].columns is None:
+                    seen.setdefault(rel, {})[col] = None
+    for rel, cols in seen.items():
+        relations[rel] = Relation(rel, rel, "table", None, dict(sorted(cols.items())))
+        problems.setdefault(rel, "no seed or lake table describes it: its columns are those the models "
+                                 "read of it, their types unknown")
 
 
 def _tree(spec: ModelSpec) -> tuple[Any, str | None]:
