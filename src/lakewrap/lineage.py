@@ -379,8 +379,8 @@ def _sources_seen(relations: dict[str, Relation], inputs: Mapping[str, Mapping[s
                 rel, _, col = p[-1].rpartition(".")
                 if rel not in relations or relations[rel].columns is None:
                     seen.setdefault(rel, {})[col] = None
-    for rel, cols in seen.items():
-        relations[rel] = Relation(rel, rel, "table", None, dict(sorted(cols.items())))
+    for rel, names in seen.items():
+        relations[rel] = Relation(rel, rel, "table", None, dict(sorted(names.items())))
         problems.setdefault(rel, "no seed or lake table describes it: its columns are those the models "
                                  "read of it, their types unknown")
 
