@@ -195,3 +195,14 @@ def test_the_serve_command_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
             proc.wait()
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "stopped" in err
+
+
+@pytest.mark.parametrize("command", [["docs", "generate"], ["docs", "serve", "--port", "0"]],
+                         ids=["generate", "serve"])
+def test_a_folder_that_is_not_a_project_is_refused_and_left_untouched(tmp_path: Path, command: list[str]) -> None:
+    folder = tmp_path / "EMPTY_DIR"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a project\n")
+    code, _, err = run(*command, "--project", str(folder))
+    assert code == 2 and "is not a lakewrap project" in err
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]

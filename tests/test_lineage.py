@@ -239,3 +239,12 @@ def test_a_literal_model_says_it_has_no_column_lineage(tmp_path: Path) -> None:
     graph = of_project(root)
     assert "literal" in graph.problems["m.log"]
     assert graph.downstream("raw.pay", "id").next == ()  # its INSERT is not followed
+
+
+def test_a_folder_that_is_not_a_project_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    folder = tmp_path / "EMPTY_DIR"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a project\n")
+    code, _, err = run("lineage", "a.b.c", "--project", str(folder))
+    assert code == 2 and "is not a lakewrap project" in err
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
