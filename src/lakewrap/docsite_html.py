@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ASSETS = ("site.css", "site.js")
+LABEL = 26  # characters of a name a graph node shows (the whole name is its tooltip)
 
 
 def write_site(data: dict[str, Any], out: Path) -> list[Path]:
@@ -108,9 +109,11 @@ def index_page(data: dict[str, Any]) -> str:
         label = rel["name"] if rel else n["key"]
         sub = (rel.get("strategy") or rel["kind"]) if rel else "table"
         href = page_of(rel) if rel else "#"
+        short = label if len(label) <= LABEL else label[:LABEL - 1] + "…"
         nodes.append(f'<a class="node {n["kind"]}" href="{escape(href)}" data-key="{escape(n["key"])}">'
+                     f'<title>{escape(label)}</title>'
                      f'<rect x="{n["x"]}" y="{n["y"]}" width="200" height="36" rx="6"/>'
-                     f'<text x="{n["x"] + 10}" y="{n["y"] + 16}">{escape(label)}</text>'
+                     f'<text x="{n["x"] + 10}" y="{n["y"] + 16}">{escape(short)}</text>'
                      f'<text class="sub" x="{n["x"] + 10}" y="{n["y"] + 30}">{escape(sub)}</text></a>')
     svg = (f'<svg id="graph" class="graph" viewBox="0 0 {g["width"]} {g["height"]}" '
            f'data-width="{g["width"]}" data-height="{g["height"]}" role="img" aria-label="The model DAG">'
