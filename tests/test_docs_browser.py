@@ -147,6 +147,7 @@ def _lineage(page: Any, site: str, model: str, column: str) -> tuple[list[str], 
 
 def test_the_lineage_panel_shows_the_upstream_columns(page: Any, site: str) -> None:
     sources, upstream = _lineage(page, site, "sales.orders_daily", "revenue")
+    assert page.find_element(By.CSS_SELECTOR, "#lineage-body .computed code").text == "SUM(orders.amount)"
     assert sources == ["raw.orders.amount"]
     assert upstream == ["sales.orders.amount", "raw.orders.amount"]
     sources, upstream = _lineage(page, site, "marts.revenue_by_customer", "country")

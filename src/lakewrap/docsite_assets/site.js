@@ -163,6 +163,12 @@
         srcs.appendChild(el("a", { href: root + (pages[rel] || "#"), "class": "source-column" }, s));
       });
       body.appendChild(srcs);
+      if (info.upstream.expression) {
+        var how = el("p", { "class": "computed" });
+        how.appendChild(el("strong", {}, "Computed as: "));
+        how.appendChild(el("code", {}, info.upstream.expression));
+        body.appendChild(how);
+      }
       [["Upstream", info.upstream], ["Downstream", info.downstream]].forEach(function (pair) {
         var sec = el("div", { "class": "lineage-" + pair[0].toLowerCase() });
         sec.appendChild(el("h3", {}, pair[0] + " of " + column));
