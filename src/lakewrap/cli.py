@@ -484,5 +484,9 @@ from lakewrap.cli_workflow import register as register_workflow  # noqa: E402  (
 
 register_workflow(main)
 
+from lakewrap.cli_docs import register as register_docs  # noqa: E402  (lineage, docs generate|serve)
+
+register_docs(main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
