@@ -125,7 +125,8 @@ def test_an_environment_overrides_lake_and_run_key_by_key(project: Path) -> None
     (('defer = "prod"', 'deffer = "prod"'), 10, "unknown key `env.dev.deffer`"),
     (('defer = "prod"', 'defer = "dev"'), 10, "env.dev.defer: no other environment `dev`"),
     (('path = ".lakewrap/dev.ducklake"\ndata_path = ".lakewrap/dev"', 'substrate = "iceberg"'), 10,
-     "deferring is implemented for DuckLake lakes only; environment `dev` is substrate = \"iceberg\""),
+     "an Iceberg environment defers to Iceberg lakes only, not to substrate `ducklake` (environment `dev` is "
+     "substrate = \"iceberg\", `prod` is \"ducklake\")"),
 ])
 def test_environment_typos_are_located_in_their_section(project: Path, edit: tuple[str, str], line: int,
                                                          words: str) -> None:
