@@ -243,3 +243,19 @@ def test_defer_to_a_prod_written_through_a_rest_catalog(tmp_path: Path, rest_uri
     assert files(tmp_path / "rest-server" / "wh") == server_files
     (m,) = dev_records(root, "sales.big")
     assert m.pins["deferred"]["snapshots"] == {"sales.orders": before["sales.orders"][1][-1]}
+
+
+def test_stale_sees_a_deferred_table_once_this_catalog_has_its_own(project: Path) -> None:
+    """prod's commits to a deferred table are not seen (its pin is not in `lakewrap.pins`); once dev
+    builds the table itself, what read prod's is stale and `run --stale` rebuilds it from dev's."""
+    build_prod(project)
+    cli(project, "run", "--env", "dev", "big")
+    nothing = json.loads(cli(project, "run", "--env", "dev", "--stale", "--format", "json").output)
+    assert nothing["results"] == [], nothing
+    write_seed(project, ROWS_V2)
+    cli(project, "seed", "--env", "dev")
+    cli(project, "run", "--env", "dev", "orders")
+    rebuilt = json.loads(cli(project, "run", "--env", "dev", "--stale", "--format", "json").output)
+    assert [(r["target"], r["status"]) for r in rebuilt["results"]] == [("sales.big", "success")], rebuilt
+    assert big_rows(project, "dev") == big_of(ROWS_V2)
+    assert "deferred" not in dev_records(project, "sales.big")[-1].pins
