@@ -15,9 +15,21 @@ from typing import Any
 
 import duckdb
 import pytest
-from click.testing import CliRunner, Result
 
-from lakewrap.cli import main
+from envproject import (
+    BIG,
+    ORDERS,
+    ROWS_V1,
+    ROWS_V2,
+    big_of,
+    build_prod,
+    cli,
+    files,
+    make_project,
+    query,
+    selected,
+    write_seed,
+)
 
 TOML = """\
 # base: the file's own [lake] is not used by these tests' commands
@@ -39,44 +51,10 @@ data_path = ".lakewrap/dev"
 retries = 2
 """
 
-ROWS_V1 = [(1, 10), (2, 20), (3, 30), (4, 40)]
-ROWS_V2 = [(1, 11), (2, 25), (5, 50)]
-
-ORDERS = "-- materialized table\nSELECT id, amount FROM raw.orders\n"
-BIG = "-- materialized table\nSELECT id, amount * 2 AS doubled FROM sales.orders WHERE amount > 15\n"
-TOP = "-- materialized table\nSELECT max(doubled) AS top FROM sales.big\n"
-
-
-def write_seed(root: Path, rows: list[tuple[int, int]]) -> None:
-    (root / "seeds" / "raw").mkdir(parents=True, exist_ok=True)
-    (root / "seeds" / "raw" / "orders.csv").write_text("id,amount\n" + "".join(f"{i},{a}\n" for i, a in rows))
-
-
-def big_of(rows: list[tuple[int, int]], factor: int = 2) -> list[tuple[int, int]]:
-    """The reference of sales.big, from the seed rows."""
-    return sorted((i, a * factor) for i, a in rows if a > 15)
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "p"
-    (root / "models" / "sales").mkdir(parents=True)
-    (root / "lakewrap.toml").write_text(TOML)
-    (root / "models" / "sales" / "orders.sql").write_text(ORDERS)
-    (root / "models" / "sales" / "big.sql").write_text(BIG)
-    (root / "models" / "sales" / "top.sql").write_text(TOP)
-    write_seed(root, ROWS_V1)
-    return root
-
-
-def cli(root: Path, *args: str, code: int = 0) -> Result:
-    result = CliRunner().invoke(main, [*args, "--project", str(root)])
-    assert result.exit_code == code, (args, result.output, result.exception)
-    return result
-
-
-def query(root: Path, env: str, sql: str) -> list[dict[str, Any]]:
-    return json.loads(cli(root, "query", "--env", env, "--format", "json", sql).output)
+    return make_project(tmp_path / "p", TOML)
 
 
 def catalog(root: Path, env: str) -> list[tuple[Any, ...]]:
@@ -87,20 +65,6 @@ def catalog(root: Path, env: str) -> list[tuple[Any, ...]]:
                            "LEFT JOIN ducklake_snapshot_changes c USING (snapshot_id) ORDER BY 1").fetchall()
     finally:
         con.close()
-
-
-def files(folder: Path) -> list[tuple[str, int]]:
-    return sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
-
-
-def selected(root: Path, *args: str) -> set[str]:
-    out = json.loads(cli(root, "compile", "--format", "json", *args).output)
-    return {p["target"] for p in out["plans"]}
-
-
-def build_prod(root: Path) -> None:
-    cli(root, "seed", "--env", "prod")
-    cli(root, "run", "--env", "prod")
 
 
 # --- configuration ---------------------------------------------------------------------------------
@@ -125,7 +89,8 @@ def test_an_environment_overrides_lake_and_run_key_by_key(project: Path) -> None
     (('defer = "prod"', 'deffer = "prod"'), 10, "unknown key `env.dev.deffer`"),
     (('defer = "prod"', 'defer = "dev"'), 10, "env.dev.defer: no other environment `dev`"),
     (('path = ".lakewrap/dev.ducklake"\ndata_path = ".lakewrap/dev"', 'substrate = "iceberg"'), 10,
-     "deferring is implemented for DuckLake lakes only; environment `dev` is substrate = \"iceberg\""),
+     "an Iceberg environment defers to Iceberg lakes only, not to substrate `ducklake` (environment `dev` is "
+     "substrate = \"iceberg\", `prod` is \"ducklake\")"),
 ])
 def test_environment_typos_are_located_in_their_section(project: Path, edit: tuple[str, str], line: int,
                                                          words: str) -> None:

@@ -235,3 +235,25 @@ def test_the_cli_refuses_a_lake_on_s3_before_writing_an_init_file(tmp_path: Path
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "not started for a lake on S3" in proc.stderr and "lakewrap shell --python" in proc.stderr, proc.stderr
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_the_cli_and_the_console_both_attach_the_deferred_lake(tmp_path: Path) -> None:
+    """Read-write in an environment that defers: DuckDB's CLI attaches the other lake read-only as
+    `lakewrap_defer`, at the snapshot lakewrap pinned, as the Python console does."""
+    root = tmp_path / "shop"
+    shutil.copytree(ROOT / "examples" / "shop", root, ignore=shutil.ignore_patterns(".lakewrap", "target"))
+    for args in (("seed", "--env", "prod"), ("run", "--env", "prod", "--start", "2024-01-01", "--end", "2024-01-02"),
+                 ("seed", "--env", "dev")):
+        assert lakewrap(*args, "--project", str(root)).returncode == 0
+    want = lakewrap("query", "--env", "prod", "--project", str(root), "--format", "csv",
+                    "SELECT count(*) FROM sales.orders").stdout.split()[1]
+    assert int(want) > 0
+    sql = "SELECT 'n=' || count(*) AS n FROM lakewrap_defer.sales.orders"
+    cli = lakewrap("shell", "--env", "dev", "--project", str(root), stdin=sql + ";\n", tmp=tmp_path)
+    console = lakewrap("shell", "--python", "--env", "dev", "--project", str(root),
+                       stdin=f"print(con.sql(\"{sql}\").fetchone()[0])\n")
+    assert cli.returncode == 0 and f"n={want}" in cli.stdout, cli.stdout + cli.stderr
+    assert console.returncode == 0 and f"n={want}" in console.stdout, console.stdout + console.stderr
+    refused = lakewrap("shell", "--env", "dev", "--project", str(root), tmp=tmp_path,
+                       stdin="DELETE FROM lakewrap_defer.sales.orders;\n")
+    assert "read-only" in refused.stderr, refused.stderr  # the other lake is never written

@@ -4,8 +4,9 @@ An environment is chosen with ``--env NAME`` or ``LAKEWRAP_ENV`` (``--env`` sets
 process, so worker processes inherit it). Each environment is the file's ``[lake]`` and ``[run]`` with
 its own keys laid over them key by key (``[env.dev.lake] path = ...`` changes only the path); an
 environment whose ``[env.<name>.lake]`` names another ``substrate`` starts from that substrate's
-defaults instead. ``defer = "<other env>"`` (DuckLake only) reads the tables this environment's lake
-lacks from the other environment's lake (:mod:`lakewrap.defer`). See ``docs/environments.md``.
+defaults instead. ``defer = "<other env>"`` (DuckLake; Iceberg through pyiceberg) reads the tables
+this environment's lake lacks from the other environment's lake (``lakewrap.substrates.*.defer``).
+See ``docs/environments.md``.
 
 This module splits the raw TOML data into the base and one table per environment and locates errors
 in the environment's section; :mod:`lakewrap.config` validates each merged table.
@@ -161,18 +162,19 @@ def relocated(err: ConfigError, pyd: Any, text: str, name: str) -> ConfigError:
 
 
 def check_defer(config: Any, other: Any, text: str) -> None:
-    """``defer`` is read on DuckLake lakes only, and must name another lake than the env's own."""
+    """``defer`` needs a substrate that can read the other environment's lake (the substrate's
+    :meth:`~lakewrap.substrates.protocol.Substrate.defer_refusal`), and another lake than the env's own."""
     name = config.env
     where = Location(CONFIG_FILE, section_line(text, name, "defer"))
-    from lakewrap.substrates.registry import resolve
+    from lakewrap.substrates.registry import key, resolve
 
-    for env, lake in ((name, config.lake), (config.defer, other.lake)):
-        if not resolve(lake).defers:
-            raise ConfigError(
-                f"env.{name}.defer: deferring is implemented for DuckLake lakes only; "
-                f"environment `{env}` is substrate = \"{lake.substrate}\"",
-                location=where, hint="remove defer, or build the upstream models in this environment "
-                "(docs/environments.md, \"Iceberg\")")
+    refusal = resolve(config.lake).defer_refusal(resolve(other.lake))
+    if refusal is not None:
+        raise ConfigError(
+            f"env.{name}.defer: {refusal} (environment `{name}` is substrate = \"{key(config.lake)}\", "
+            f"`{config.defer}` is \"{key(other.lake)}\")",
+            location=where, hint="remove defer, or build the upstream models in this environment "
+            "(docs/environments.md, \"Defer\")")
     if config.lake.dump() == other.lake.dump():
         raise ConfigError(f"env.{name}.defer: environment `{config.defer}` has the same [lake] as "
                           f"`{name}`", location=where,

@@ -395,9 +395,11 @@ def reproduction(m: Materialization, pin: int | None) -> Reproduction:
     deferred = m.pins.get("deferred") if isinstance(m.pins, dict) else None
     if deferred:  # reproduce replays reads of this lake only; those tables were another lake's
         out.status = "SKIPPED"
+        # one snapshot of the other lake (DuckLake), or one per table (Iceberg: "snapshots")
+        at = (f"at its snapshots {', '.join(f'{t} {sid}' for t, sid in deferred['snapshots'].items())}"
+              if isinstance(deferred.get("snapshots"), dict) else f"at its snapshot {deferred.get('snapshot')}")
         out.detail = (f"it read {', '.join(deferred.get('tables', []))} from environment `{deferred.get('env')}` "
-                      f"(deferred, at its snapshot {deferred.get('snapshot')}): reproduce replays reads of this "
-                      "lake only (docs/environments.md)")
+                      f"(deferred, {at}): reproduce replays reads of this lake only (docs/environments.md)")
     return out
 
 

@@ -144,10 +144,13 @@ def cli_statements(root: Path, *, read_only: bool) -> list[str]:
                           "or `lakewrap shell --print` in a client with a secret of its own")
     lake = Lake.open(root, read_only=read_only)
     lake.close(lake.connect())  # a catalog held by another process is refused here, as by a run (or --wait)
+    # read-write with `defer`: the other lake, read-only at the snapshot just pinned, as in the
+    # Python console (`lakewrap_defer`; docs/environments.md, "Defer")
+    deferred = [lake.defer.attach_statement(lake.defer.pin) + ";"] if lake.defer is not None else []
     # DuckDB 1.5.5's `.safe_mode` (measured) refuses the dot commands that reach files or a system
     # shell (.read, .output, .shell, .open...) and itself sets enable_external_access = false and
     # lock_configuration = true, failing if the settings are already locked: so it comes last
-    return [*attach_statements(root, read_only=read_only),
+    return [*attach_statements(root, read_only=read_only), *deferred,
             *(s + ";" for s in lock_statements(*lake.sandbox(), locked=False)), ".safe_mode"]
 
 

@@ -46,6 +46,8 @@ class Latest:
     window_end: datetime | None
     pin: int  # DuckLake: the lake snapshot it read
     pins: dict[str, int | None] = field(default_factory=dict)  # Iceberg: each upstream's snapshot (None: empty)
+    # Iceberg with ``defer``: the upstreams it read from another environment's catalog (not in ``pins``)
+    deferred: tuple[str, ...] = ()
 
 
 class Feed(Protocol):

@@ -38,6 +38,8 @@ class Pinned:
     name: str
     table: Any  # pyiceberg Table, or None when it does not exist yet
     snapshot_id: int | None
+    # the environment whose catalog it was read from (``defer``), None for this lake's own tables
+    deferred: str | None = None
 
 
 @dataclass
@@ -54,6 +56,9 @@ class IcebergLake:
     read_only: bool = False
     secrets: list[str] = field(default_factory=list)
     allow_paths: tuple[str, ...] = ()  # [security] allow_paths, absolute (SecurityConfig.directories)
+    # the environment's ``defer``: the other catalog, read-only (lakewrap.substrates.iceberg.defer);
+    # None without defer and on read-only handles
+    defer: Any = None
     _catalog: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # Taken by the run's coordinator around its own look-ups (the run log, a step's outcome). Each
@@ -73,7 +78,13 @@ class IcebergLake:
         if not isinstance(cfg, IcebergLakeConfig):  # a caller opened a lake of another substrate as Iceberg
             raise ConfigError(f"substrate `{cfg.substrate}` is not Iceberg", location=Location("lakewrap.toml"))
         root = root.resolve()
-        return cls(root, cfg, read_only, allow_paths=tuple(project.security.directories(root)))
+        defer = None
+        if project.defer is not None and not read_only:
+            from lakewrap.substrates.iceberg.defer import Deferred
+
+            # the other environment's lake, opened read-only: reading it creates nothing
+            defer = Deferred(project.defer, cls.open(root, config=load_config(root, project.defer), read_only=True))
+        return cls(root, cfg, read_only, allow_paths=tuple(project.security.directories(root)), defer=defer)
 
     @property
     def alias(self) -> str:
@@ -237,13 +248,19 @@ class IcebergLake:
         """The folders DuckDB sessions of this lake may read (:func:`sandbox.lock`): the project, the
         warehouse (a local folder, also as its ``file://`` URI, or its ``s3://`` prefix), ``[security]
         allow_paths``. None for a REST or Glue catalog, which alone decides where each table's files
-        are (the settings are still locked; docs/security.md)."""
+        are (the settings are still locked; docs/security.md). With ``defer``, also the other lake's
+        folders (None when its catalog is a REST or Glue one)."""
         if self.config.catalog != "sql":
             return None
         warehouse = self.config.warehouse_location(self.root)
         folders = [str(self.root), self.root.as_uri(), warehouse, *self.allow_paths]
         if warehouse.startswith("file://"):
             folders.append(warehouse.removeprefix("file://"))
+        if self.defer is not None:
+            other = self.defer.sandbox()
+            if other is None:
+                return None
+            folders += [f for f in other if f not in folders]
         return folders
 
     def _s3_secret(self, con: Any) -> None:
@@ -265,15 +282,18 @@ class IcebergLake:
 
     @contextmanager
     def scratch(self, con: Any, names: Iterable[str], snapshots: dict[str, int] | None = None,
-                hidden: Iterable[str] = ()) -> Iterator[tuple[Any, dict[str, Pinned]]]:
+                hidden: Iterable[str] = (), deferrable: Iterable[str] = ()) -> Iterator[tuple[Any, dict[str, Pinned]]]:
         """A cursor whose current database is a fresh in-memory one holding a view per existing table.
 
         Each of ``names`` (``schema.name``) is pinned to its current snapshot, or to
         ``snapshots[name]`` when given; tables that do not exist, and ``hidden`` ones (a target
-        being rebuilt from scratch), get no view. The database is detached on exit, so stand-ins
-        and temporary tables never outlive the materialization.
+        being rebuilt from scratch), get no view. With ``defer``, each of ``deferrable`` that this
+        catalog lacks is a view of the other catalog's table at its pin (its :class:`Pinned` says
+        ``deferred``). The database is detached on exit, so stand-ins and temporary tables never
+        outlive the materialization.
         """
         hidden = set(hidden)
+        deferrable = {n.lower() for n in deferrable} if self.defer is not None else set()
         cursor = con.cursor()
         alias = f"lakewrap_scratch_{next(_scratch_ids)}"
         pinned: dict[str, Pinned] = {}
@@ -288,13 +308,17 @@ class IcebergLake:
                     snap = table.current_snapshot()
                     sid = snapshots.get(name) if snapshots and name in snapshots else (
                         snap.snapshot_id if snap is not None else None)
-                pinned[name] = Pinned(name, table, sid)
+                other = self.defer.table(name) if table is None and name.lower() in deferrable else None
+                pinned[name] = Pinned(name, table, sid) if other is None else Pinned(
+                    name, None, other.snapshot_id, deferred=self.defer.env)
                 schema, _, short = name.partition(".")
                 if schema not in schemas:
                     cursor.execute(ice.create_schema(schema))
                     schemas.add(schema)
                 if table is not None and name not in hidden:
                     cursor.execute(ice.scan_view(schema, short, table.metadata_location, sid))
+                elif other is not None and name not in hidden:  # defer: the other catalog's table, pinned
+                    cursor.execute(ice.scan_view(schema, short, other.metadata_location, other.snapshot_id))
             if self.read_only:  # the run-log tables by their short names (none when connect() attached none)
                 from lakewrap.compilers.runlog import RUNLOG_ALIAS
                 from lakewrap.runlog import expose

@@ -224,13 +224,16 @@ class Substrate:
     """One kind of lake. Subclasses set :attr:`name` and implement the roles."""
 
     name: ClassVar[str]
-    # Whether an environment's `defer` can read another lake of this substrate (docs/environments.md)
-    defers: ClassVar[bool] = False
     # The record ``[lake]`` is validated into when it names this substrate (``substrate = "<tag>"``):
     # a :class:`~lakewrap.config.SubstrateConfig` subclass with ``substrate: Literal["<tag>"]`` and
     # the substrate's own keys. The base takes no key but ``substrate`` (its tag is then ``name``).
     config_class: ClassVar[type[SubstrateConfig]] = SubstrateConfig
     transcript: ClassVar[Transcript] = Transcript()
+
+    def defer_refusal(self, other: Substrate) -> str | None:
+        """Why an environment on this substrate cannot ``defer`` to a lake of substrate ``other``
+        (None: it can; docs/environments.md, "Defer"). Read when ``lakewrap.toml`` is."""
+        return f"deferring is not implemented for substrate `{self.name}`"
 
     # -- compile side (pure: no database import) --------------------------------------------------
     def compiler(self) -> Compiler:

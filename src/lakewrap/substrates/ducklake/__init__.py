@@ -36,7 +36,11 @@ if TYPE_CHECKING:
 class DuckLake(Substrate):
     name = "ducklake"
     config_class = DuckLakeLakeConfig
-    defers = True
+
+    def defer_refusal(self, other: Substrate) -> str | None:
+        """A DuckLake defers to another DuckLake (attached read-only at a pinned snapshot)."""
+        return None if isinstance(other, DuckLake) else (
+            f"a DuckLake environment defers to DuckLake lakes only, not to substrate `{other.name}`")
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.ducklake import DuckLakeCompiler

@@ -63,20 +63,23 @@ class Deferred:
             raise ConfigError(f"environment `{self.env}` (which this environment defers to) has no lake yet: "
                               f"no catalog at {relpath(path, self.root)}", location=Location("lakewrap.toml"),
                               hint=f"build it first (`lakewrap run --env {self.env}`), or remove defer")
-        spec = {"duckdb": str(path), "sqlite": f"sqlite:{path}", "postgres": f"postgres:{cfg.dsn}"}[cfg.catalog]
-
-        def attach(pin: int | None) -> None:
-            options: dict[str, int | str | bool] = {"READ_ONLY": True}
-            if pin is not None:
-                options["SNAPSHOT_VERSION"] = pin
-            con.execute(stmts.attach_ducklake(spec, ALIAS, cfg.data_location(self.root), options))
-
         with self._lock:
             if self.pin is None:  # the other lake's current snapshot, read once for this handle
-                attach(None)
+                con.execute(self.attach_statement(None))
                 self.pin = int(con.execute(stmts.current_snapshot(ALIAS)).fetchone()[0])
                 con.execute(stmts.detach(ALIAS))
-        attach(self.pin)
+        con.execute(self.attach_statement(self.pin))
+
+    def attach_statement(self, pin: int | None) -> str:
+        """``ATTACH`` of the other lake as ``lakewrap_defer``, read-only, at snapshot ``pin`` (None:
+        its current one); also the line ``lakewrap shell`` gives DuckDB's CLI."""
+        cfg = self.config
+        path = cfg.catalog_path(self.root)
+        spec = {"duckdb": str(path), "sqlite": f"sqlite:{path}", "postgres": f"postgres:{cfg.dsn}"}[cfg.catalog]
+        options: dict[str, int | str | bool] = {"READ_ONLY": True}
+        if pin is not None:
+            options["SNAPSHOT_VERSION"] = pin
+        return str(stmts.attach_ducklake(spec, ALIAS, cfg.data_location(self.root), options))
 
     def _exists(self, con: Any, catalog: str, schema: str, name: str, log: StatementLog) -> bool:
         found = log.run(con, stmts.relation_exists(), {"catalog": catalog, "schema": schema, "name": name})

@@ -47,6 +47,12 @@ class Iceberg(Substrate):
     transcript = Transcript(as_of="every upstream is a view at its pinned snapshot (the setup statements)",
                             lists_pins=True, shows_base=True)
 
+    def defer_refusal(self, other: Substrate) -> str | None:
+        """The pyiceberg write path defers to an Iceberg lake on either write path: a deferred read
+        is a view of the scratch session over the other catalog's table at its pinned snapshot."""
+        return None if isinstance(other, Iceberg) else (
+            f"an Iceberg environment defers to Iceberg lakes only, not to substrate `{other.name}`")
+
     def compiler(self) -> Compiler:
         from lakewrap.compilers.iceberg import IcebergCompiler
 
@@ -165,6 +171,13 @@ class IcebergSql(Iceberg):
     transcript = Transcript(setup_before_begin=True, shows_base=True, as_of="every upstream read is pinned with "
                             "AT (VERSION => n) (an Iceberg snapshot id per table)")
     probe_in_scratch = False  # the attached REST catalog reads a model's tables directly
+
+    def defer_refusal(self, other: Substrate) -> str | None:
+        """Refused: this write path's statements name every table in the attached REST catalog."""
+        return ("deferring is not implemented on Iceberg's write path \"sql\": its statements name every "
+                "table in the attached REST catalog (\"ice\".\"schema\".\"name\"), so a deferred read would "
+                "change the statements that run, and DuckDB 1.5.5 creates no view in a REST catalog; "
+                "give this environment write_path = \"pyiceberg\"")
 
     def compiler(self) -> Compiler:
         from lakewrap.compilers.iceberg_sql import IcebergSqlCompiler

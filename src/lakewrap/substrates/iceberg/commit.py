@@ -91,7 +91,9 @@ class IcebergExecutor(Materializer):
         result.tests.clear()
         started_at = datetime.now(timezone.utc)
         hidden = (compiled.target,) if refresh else ()
-        with self.lake.scratch(con, (*job.reads, compiled.target), hidden=hidden) as (cursor, pinned):
+        deferrable = [r for r in job.reads if r.lower() != compiled.target.lower()]  # defer: never the target
+        with self.lake.scratch(con, (*job.reads, compiled.target), hidden=hidden,
+                               deferrable=deferrable) as (cursor, pinned):
             for name, data in job.inputs.items():
                 cursor.register(name, data)
             target = pinned[compiled.target]
@@ -136,7 +138,8 @@ class IcebergExecutor(Materializer):
             log.note("no version changed: nothing to commit")
             return
         window = compiled.window
-        pins = {name: p.snapshot_id for name, p in pinned.items() if name != compiled.target}
+        pins = {name: p.snapshot_id for name, p in pinned.items() if name != compiled.target and not p.deferred}
+        deferred = {name: p.snapshot_id for name, p in pinned.items() if p.deferred}
         commit_id = uuid.uuid4().hex
         props = {
             "run_id": self.run_id, "commit_id": commit_id, "model": compiled.path, "target": compiled.target,
@@ -146,6 +149,8 @@ class IcebergExecutor(Materializer):
             "watermark": window.end if window and window.kind == "dynamic" else "",
             "started_at": started_at.isoformat(), "attempt": str(attempt), "lakewrap_version": __version__,
             "full_refresh": "true" if refresh else "",
+            # defer: the tables read from another environment's catalog, at its pins (not in `pins`)
+            "deferred": json.dumps(self.lake.defer.record(deferred), sort_keys=True) if deferred else "",
             "matched": "replace" if op.replaces_matched else "",  # how substrates/iceberg/state.py counts them
             "counts": json.dumps(dict(zip(("updated", "inserted", "deleted"), rewritten, strict=True)))
             if rewritten else "",  # a whole rewrite's own counts (lakewrap.substrates.iceberg.state reads them)

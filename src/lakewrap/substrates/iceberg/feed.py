@@ -163,7 +163,7 @@ class IcebergFeed:
             found[record.partition] = record
         records = list(found.values())
         if whole_table and records:
-            return [Latest(None, None, None, records[-1].pin, records[-1].pins)]
+            return [Latest(None, None, None, records[-1].pin, records[-1].pins, records[-1].deferred)]
         return records
 
     def records(self, target: str) -> Iterable[Latest]:
@@ -175,11 +175,17 @@ class IcebergFeed:
             props = m["props"]
             start, end = props.get("window_start") or None, props.get("window_end") or None
             yield Latest(m["partition"], datetime.fromisoformat(start) if start else None,
-                         datetime.fromisoformat(end) if end else None, m["snapshot_id"], _pins(props.get("pins")))
+                         datetime.fromisoformat(end) if end else None, m["snapshot_id"], _pins(props.get("pins")),
+                         _deferred(props.get("deferred")))
 
     def touched(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
                 time_part: bool) -> Iterable[tuple[str | None, str]]:
         groups: list[tuple[int, list[Latest], Any]] = []
+        deferred = [r for r in records if table.lower() in r.deferred]
+        if deferred and self.table(table) is not None:  # read from another catalog, which this one now has
+            for r in deferred:
+                yield r.partition, f"{table}: read from another environment (defer); this catalog has it now"
+        records = [r for r in records if table.lower() not in r.deferred]  # else: prod's commits are not seen
         for pin, group in _by_pin(records, table).items():
             if pin is None:
                 for r in group:
@@ -272,6 +278,14 @@ def _pins(text: Any) -> dict[str, int | None]:
 
     raw = json.loads(text) if isinstance(text, str) and text else {}
     return {str(k).lower(): (int(v) if v is not None else None) for k, v in raw.items()}
+
+
+def _deferred(text: Any) -> tuple[str, ...]:
+    """The tables a record read from another environment's catalog (``lakewrap.deferred``)."""
+    import json
+
+    raw = json.loads(text) if isinstance(text, str) and text else {}
+    return tuple(str(t).lower() for t in raw.get("tables", []))
 
 
 def _pin_of(record: Latest, table: str) -> int | None:

@@ -109,7 +109,7 @@ def pinned_plan(lake: IcebergLake, plan: CompiledPlan, pins: dict[str, int | Non
     statements instead (:func:`lakewrap.substrates.iceberg.provenance_sql.pinned_plan`)."""
     setup = []
     for name, sid in sorted(pins.items()):
-        if name == plan.target:
+        if name == plan.target or not isinstance(sid, int):  # `deferred`: another catalog's tables
             continue
         table = lake.load(name)
         if sid is None or table is None:
@@ -156,7 +156,7 @@ def reproduce_one(lake: IcebergLake, con: Any, m: Materialization, out: Reproduc
     refresh = m.extra_info.get("full_refresh") == "true"
     base = None if refresh else base_snapshot(m)
     out.pin = base
-    upstream = {name: sid for name, sid in m.pins.items() if name != m.target}
+    upstream = {name: sid for name, sid in m.pins.items() if name != m.target and name != "deferred"}
     snapshots = {name: int(sid) for name, sid in upstream.items() if sid is not None}
     hidden = [name for name, sid in upstream.items() if sid is None]
     if base is None:

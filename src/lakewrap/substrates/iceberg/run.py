@@ -44,7 +44,9 @@ def plan_step(lake: IcebergLake, con: Any, spec: ModelSpec, value: str | None, n
     def probe(plan: Plan) -> tuple[str, ...]:
         if not scratch:
             return probe_columns(con, plan)
-        with lake.scratch(con, reads_of(spec)) as (cursor, _):
+        reads = reads_of(spec)
+        own = str(spec.target).lower()
+        with lake.scratch(con, reads, deferrable=[r for r in reads if r.lower() != own]) as (cursor, _):
             return probe_columns(cursor, plan)
 
     mark = watermark if isinstance(spec.partition, DynamicPartitioning) else None

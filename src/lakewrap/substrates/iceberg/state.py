@@ -24,7 +24,7 @@ from lakewrap.provenance_record import decode
 from lakewrap.substrates.iceberg.summary import PREFIX, row_counts, total_records
 
 # the summary properties that hold JSON
-_JSON_KEYS = ("params", "tests", "restored_from", "schema_changes")
+_JSON_KEYS = ("params", "tests", "restored_from", "schema_changes", "deferred")
 
 
 def materializations(table: Any) -> list[dict[str, Any]]:
@@ -214,7 +214,9 @@ def to_materialization(target: str, d: dict[str, Any]) -> Materialization:
         run_id=d["run_id"] or "", model=props.get("model", ""), target=target, partition=d["partition"],
         window_start=props.get("window_start") or None, window_end=props.get("window_end") or None,
         strategy=d["strategy"], rows_inserted=d["rows_inserted"], rows_updated=d["rows_updated"],
-        rows_deleted=d["rows_deleted"], sql_sha256=d["sql_sha256"], pins=d["pins"], committed_at=d["committed_at"],
+        rows_deleted=d["rows_deleted"], sql_sha256=d["sql_sha256"], committed_at=d["committed_at"],
+        # the deferred reads (another environment's tables) beside the own pins, as on DuckLake
+        pins={**d["pins"], **({"deferred": json.loads(props["deferred"])} if props.get("deferred") else {})},
         snapshot_id=int(d["snapshot_id"]), author=None,
         commit_message=f"pyiceberg {operation} of {target} (snapshots " + ", ".join(
             f"{sid} {op}" for sid, op in d["snapshots"]) + ")",
