@@ -89,8 +89,8 @@ def to_arrow(value: Any, where: Location) -> Any:
     if isinstance(value, pa.RecordBatchReader):
         return value.read_all()
     module = type(value).__module__.split(".")[0].lstrip("_")
-    if module == "duckdb" and hasattr(value, "fetch_arrow_table"):
-        return value.fetch_arrow_table()
+    if module == "duckdb" and hasattr(value, "to_arrow_table"):
+        return value.to_arrow_table()
     if module == "pandas" and hasattr(value, "columns"):
         return pa.Table.from_pandas(value, preserve_index=False)
     if module == "polars" and hasattr(value, "to_arrow"):
