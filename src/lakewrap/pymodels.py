@@ -171,6 +171,13 @@ def _where(src: Source, key: str, index: int) -> tuple[int, int]:
     return src.line, 1
 
 
+def _key_where(src: Source, key: str) -> tuple[int, int]:
+    for kw in src.call.keywords if src.call is not None else ():
+        if kw.arg == key:
+            return kw.lineno, kw.col_offset + 1
+    return src.line, 1
+
+
 def _render(key: str, value: Any, src: Source) -> list[_Line]:
     """One keyword's header lines; a typed form (list, int, bool) written as the header's text."""
     def line(text: str, index: int = 0) -> _Line:
@@ -229,7 +236,7 @@ def build_spec(fn: Callable[..., Any], keywords: dict[str, Any], src: Source, *,
     known = (*reg.keywords, *PY_ONLY)
     for key in keywords:
         if key not in known:
-            raise ModelError(f"unknown model keyword `{key}`", location=src.at(*_where(src, key, 0)),
+            raise ModelError(f"unknown model keyword `{key}`", location=src.at(*_key_where(src, key)),
                              hint=choices_hint(key, known, "keyword"))
     if not callable(fn):
         raise ModelError("a Python model must be a function", location=src.at())
@@ -404,9 +411,30 @@ def _on_path(root: Path) -> Iterator[None]:
             sys.path.remove(entry)
 
 
+_LOADED: dict[str, bytes] = {}  # a project module's file -> its bytes when it was imported
+
+
+def _forget_changed(root: Path) -> None:
+    """Drop from ``sys.modules`` the project's own modules whose file changed since they were
+    imported, so a model file imports them afresh (installed packages are never dropped)."""
+    base = str(root) + "/"
+    for name, mod in list(sys.modules.items()):
+        file = getattr(mod, "__file__", None)
+        if not file or not file.startswith(base) or "-packages/" in file:
+            continue
+        try:
+            data = Path(file).read_bytes()
+        except OSError:
+            continue
+        if _LOADED.setdefault(file, data) != data:
+            del sys.modules[name]
+            _LOADED[file] = data
+
+
 def _execute(path: Path, rel: str, root: Path) -> dict[str, Any]:
     """The module namespace of one model file (a syntax error or an exception at import: located)."""
     text = path.read_text(encoding="utf-8")
+    _forget_changed(root)
     try:
         code = compile(text, str(path), "exec")
     except SyntaxError as exc:
@@ -425,6 +453,7 @@ def _execute(path: Path, rel: str, root: Path) -> dict[str, Any]:
             exec(code, namespace)  # a model file is the project's own code
     except Exception as exc:
         raise error_in_file(exc, path, rel, "importing the model file raised") from None
+    _forget_changed(root)  # remembers the bytes of the modules it imported
     return namespace
 
 

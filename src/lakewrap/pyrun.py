@@ -76,7 +76,7 @@ class Ran:
 
 def to_arrow(value: Any, where: Location) -> Any:
     """One Arrow table from whatever the function returned (a located error when it is no table)."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     if value is None:
         raise ModelError("the function returned nothing (None)", location=where,
@@ -176,25 +176,39 @@ def _call(fn: Callable[..., Any], ctx: Context, timeout: float, path: Path, rel:
 
 def run_model(substrate: Any, lake: Any, con: Any, spec: ModelSpec, value: str | None, now: datetime) -> Ran:
     """Run the function of ``spec`` for partition ``value``: its result, ready for the model's plan."""
+    with substrate.python_reads(lake, con, spec) as (cursor, read, provenance):
+        table, logs = evaluate(spec, Path(lake.root), cursor, read, value, now)
+    names = list(table.column_names)
+    if spec.columns_known is None and spec.strategy.kind in ("merge", "snapshot"):
+        spec = spec.replace(output_columns=tuple(names))  # what the LIMIT 0 probe of a SQL model reads
+    return Ran(spec, {relation_of(spec): table}, dict(provenance), logs)
+
+
+def relation_of(spec: ModelSpec) -> str:
     info = python_of(spec)
     assert info is not None
-    root = Path(lake.root)
+    return str(info["relation"])
+
+
+def evaluate(spec: ModelSpec, root: Path, cursor: Any, read: Callable[[str, str], Any], value: str | None,
+             now: datetime) -> tuple[Any, list[str]]:
+    """The function's result as an Arrow table (its columns checked) and its ``ctx.log`` lines;
+    ``read(schema, name)`` is ``ctx.ref``'s reader, ``cursor`` is ``ctx.con``."""
+    info = python_of(spec)
+    assert info is not None
     fn = function_of(spec, root)
-    path = root / spec.path
+    code = getattr(fn, "__code__", None)  # a registered function may live outside the project
+    path = Path(code.co_filename) if code is not None and Path(code.co_filename).is_file() else root / spec.path
     where = Location(spec.path, int(info["def_line"]), None, _line(path, int(info["def_line"])))
     plan = make_plan(spec, substrate="ducklake", partition=value, now=now)  # the window, as the step binds it
     b = plan.binding
     partition = Partition(b.value, b.start, b.end) if b is not None else None
     params = {k: v.python() for k, v in plan.params().items()} if b is not None else {}
     allowed = {u.key: u for u in spec.all_upstreams}
-    with substrate.python_reads(lake, con, spec) as (cursor, read, provenance):
-        ctx = Context(cursor, partition, params, str(spec.target), read, allowed, where)
-        table = _call(fn, ctx, float(info["timeout"]), path, spec.path, where)
-    names = list(table.column_names)
-    check_columns(spec, names, where)
-    if spec.columns_known is None and spec.strategy.kind in ("merge", "snapshot"):
-        spec = spec.replace(output_columns=tuple(names))  # what the LIMIT 0 probe of a SQL model reads
-    return Ran(spec, {str(info["relation"]): table}, dict(provenance), ctx.logs)
+    ctx = Context(cursor, partition, params, str(spec.target), read, allowed, where)
+    table = _call(fn, ctx, float(info["timeout"]), path, spec.path, where)
+    check_columns(spec, list(table.column_names), where)
+    return table, ctx.logs
 
 
 def _line(path: Path, line: int) -> str | None:
