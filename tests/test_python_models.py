@@ -199,7 +199,7 @@ def test_a_mixed_dag_runs_in_order_and_matches_plain_duckdb(tmp_path: Path) -> N
     ("    raise ValueError('the API said no')", "the function raised ValueError: the API said no", 7),
     ("    return None", "the function returned nothing (None)", 6),
     ("    return pa.table({'amount': [1]})", "the function's result has no column `created_at`", 6),
-    ("    return 42", "the function returned a int, which is no table", 6),
+    ("    return 42", "the function returned an int, which is no table", 6),
     ("    time.sleep(30)\n    return pa.table({'created_at': []})", "did not return within its timeout of 0.5 s", 6),
 ])
 def test_a_failing_function_writes_nothing(tmp_path: Path, body: str, message: str, line: int) -> None:

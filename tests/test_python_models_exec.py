@@ -9,8 +9,12 @@ Each model is a ``models/out/<name>.py`` file whose function reads ``raw.orders`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import strategy_reference as ref
+from icehouse import IcebergChecker, IcebergLakehouse
 from lakehouse import Checker, Lakehouse, at, partition, result_for
 from lakewrap.compile import compile_plan, load_project, plan_for
 from strategy_reference import RefModel, Refused, Row, Scd2
@@ -38,8 +42,12 @@ def py_model(keywords: str, body: str) -> str:
     return f"import lakewrap\nimport pyarrow as pa\n\n\n@lakewrap.model({keywords})\ndef {{name}}(ctx):\n{body}\n"
 
 
-class PyChecker(Checker):
-    """The Checker, with each model's compiled hash taken from its ``.py`` file."""
+class PySha:
+    """A Checker's hash of each model, compiled from its ``.py`` file."""
+
+    lakehouse: Lakehouse
+    shas: dict[str, str]
+    tracked: dict[str, Any]
 
     def sha(self, target: str, partition: str | None) -> str:
         """The compiled plan's hash; a ``SELECT *`` merge or snapshot compiled with the result's columns
@@ -47,13 +55,24 @@ class PyChecker(Checker):
         if target not in self.shas:
             project = load_project(self.lakehouse.root, None)
             (spec,) = project.select([target])
-            plan = plan_for(spec, "ducklake", partition, NOW)
+            plan = plan_for(spec, self.lakehouse.substrate, partition, NOW)  # type: ignore[arg-type]
             if spec.strategy.kind in ("merge", "snapshot"):
                 model = self.tracked[target].model
                 meta = ("valid_from", "valid_to", "is_current", "is_deleted")
                 plan = plan.replace(columns=tuple(c for c in model.columns if c not in meta))
             self.shas[target] = compile_plan(plan).sql_sha256
         return self.shas[target]
+
+
+class PyChecker(PySha, Checker):
+    pass
+
+
+class PyIcebergChecker(PySha, IcebergChecker):
+    pass
+
+
+HOUSES = {"ducklake": (Lakehouse, PyChecker), "iceberg": (IcebergLakehouse, PyIcebergChecker)}
 
 
 def files(models: dict[str, str]) -> dict[str, str]:
@@ -63,7 +82,11 @@ def files(models: dict[str, str]) -> dict[str, str]:
 DI_COLUMNS = ("order_id", "customer_id", "amount", "status", "created_at")
 
 
-def test_table_delete_insert_append_merge_against_the_reference(tmp_path: Path) -> None:
+@pytest.mark.parametrize("substrate", ["ducklake", "iceberg"])
+def test_table_delete_insert_append_merge_against_the_reference(tmp_path: Path, substrate: str) -> None:
+    """On DuckLake and on Iceberg (pyiceberg write path: ``ctx.ref`` reads the scratch session's
+    pinned views)."""
+    house, checker_class = HOUSES[substrate]
     models = {
         # a DuckDB relation, a full rebuild
         "totals": py_model('materialized="table"',
@@ -88,7 +111,7 @@ def test_table_delete_insert_append_merge_against_the_reference(tmp_path: Path) 
                           "    return ctx.ref('raw.orders').select('order_id', 'customer_id', 'amount', 'status', "
                           "'updated_at')"),
     }
-    lh = Lakehouse(tmp_path, files(models))
+    lh = house(tmp_path, files(models))
     refs = [
         RefModel("out.totals", ("customer_id", "orders", "total"), lambda s, _w: [
             {"customer_id": c, "orders": sum(1 for r in s["raw.orders"] if r["customer_id"] == c),
@@ -102,7 +125,7 @@ def test_table_delete_insert_append_merge_against_the_reference(tmp_path: Path) 
         merge_model("out.m_all", ("order_id", "customer_id", "amount", "status", "updated_at"), "raw.orders",
                     ("order_id",)),
     ]
-    checker = PyChecker(lh, refs)
+    checker = checker_class(lh, refs)
     history: list[tuple[list[str], int]] = [
         ([insert(order(1, at(0)), order(2, at(0, 11), amount=None, customer=2), order(3, at(1), loaded=at(1)))], 0),
         ([insert(order(4, at(1, 5)))], 1),

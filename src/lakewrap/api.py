@@ -64,7 +64,7 @@ class Project:
         """Add the Python model ``fn(ctx)`` with the annotations of ``@lakewrap.model`` (which it may
         carry already), validated now as a model file is: a bad keyword raises here, located on the
         function's file and line (docs/python-models.md). Returns its spec; returns ``fn`` unchanged."""
-        from lakewrap.pymodels import register
+        from lakewrap.pyfiles import register
 
         return register(self.root, fn, annotations)
 

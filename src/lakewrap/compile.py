@@ -366,9 +366,9 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
                 hint="rename one of the files or give it a `-- target`",
             )
         project.models[spec.target.key] = spec
-    from lakewrap.pymodels import add_to
+    from lakewrap.pyfiles import add_to
 
-    add_to(project)  # models/**/*.py and registered functions (docs/python-models.md), never cached
+    add_to(project, save=cache.path is not None)  # models/**/*.py, registered functions (docs/python-models.md)
     if misses or fresh.keys() != old.keys():
         cache.dirty = True
     cache.entries = fresh

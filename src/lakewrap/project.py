@@ -110,9 +110,9 @@ class Project:
                 )
             project.models[spec.target.key] = spec
         if paths is None:
-            from lakewrap.pymodels import add_to
+            from lakewrap.pyfiles import add_to
 
-            add_to(project)  # models/**/*.py and registered functions (docs/python-models.md)
+            add_to(project, save=False)  # models/**/*.py and registered functions (docs/python-models.md)
         return project
 
     def upstream_models(self, spec: ModelSpec) -> list[ModelSpec]:

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lakewrap.errors import LakewrapError, Location, ModelError, ProjectError, choices_hint
+from lakewrap.errors import LakewrapError, Location, ModelError, choices_hint
 from lakewrap.spec import ModelSpec, TableRef
 
 MARK = "__lakewrap_model__"
@@ -32,10 +31,6 @@ PY_ONLY = ("deps", "timeout")  # keywords of a Python model that are no header a
 DEFAULT_TIMEOUT = 3600.0
 _REPEATABLE_LIST = ("test", "column", "tag", "on")  # a list is one header line per item (tag, on: one line)
 
-# (project root, target key) -> the function, filled when a file is loaded or a function registered
-_FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
-# project root -> functions given to ``Project.register`` (with their keywords), in registration order
-REGISTERED: dict[str, list[tuple[Callable[..., Any], dict[str, Any]]]] = {}
 
 
 @dataclass(frozen=True)
@@ -102,7 +97,7 @@ def _decorator(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Call | None:
     return None
 
 
-def _source(fn: Callable[..., Any], rel: str, text: str | None, tree: ast.Module | None) -> Source:
+def source_of(fn: Callable[..., Any], rel: str, text: str | None, tree: ast.Module | None) -> Source:
     code = getattr(fn, "__code__", None)
     first = code.co_firstlineno if code is not None else 1
     node: ast.FunctionDef | ast.AsyncFunctionDef | None = None
@@ -118,7 +113,7 @@ def _source(fn: Callable[..., Any], rel: str, text: str | None, tree: ast.Module
     return Source(rel, text or "", tree, node, call, line)
 
 
-def _file_source(fn: Callable[..., Any], root: Path | None) -> Source:
+def file_source(fn: Callable[..., Any], root: Path | None) -> Source:
     """The source of a function defined anywhere (``Project.register``)."""
     code = getattr(fn, "__code__", None)
     filename = code.co_filename if code is not None else "<unknown>"
@@ -134,7 +129,7 @@ def _file_source(fn: Callable[..., Any], root: Path | None) -> Source:
         tree = ast.parse(text)
     except (OSError, SyntaxError, ValueError):
         text, tree = "", None
-    return _source(fn, rel, text, tree)
+    return source_of(fn, rel, text, tree)
 
 
 # --- keywords → header ----------------------------------------------------------------------------
@@ -227,15 +222,12 @@ def _moved(exc: LakewrapError, lines: list[_Line], src: Source) -> LakewrapError
 
 
 def build_spec(fn: Callable[..., Any], keywords: dict[str, Any], src: Source, *, schema: str,
-               root: Path | None) -> ModelSpec:
-    """The validated spec of one Python model (errors located on ``src``'s decorator)."""
-    from lakewrap.annotations.registry import default_registry
-    from lakewrap.parse import parse_model
-
-    reg = default_registry()
-    known = (*reg.keywords, *PY_ONLY)
+               root: Path | None, save: bool = True) -> ModelSpec:
+    """The validated spec of one Python model (errors located on ``src``'s decorator); ``save``:
+    keep a newly parsed spec in the project's cache (``lakewrap unit`` writes nothing)."""
+    known: tuple[str, ...] = (*CORE, *PY_ONLY)
     for key in keywords:
-        if key not in known:
+        if key not in known and key not in (known := (*_keywords(), *PY_ONLY)):  # a plugin's keyword?
             raise ModelError(f"unknown model keyword `{key}`", location=src.at(*_key_where(src, key)),
                              hint=choices_hint(key, known, "keyword"))
     if not callable(fn):
@@ -261,7 +253,7 @@ def build_spec(fn: Callable[..., Any], keywords: dict[str, Any], src: Source, *,
             f'FROM "{relation_name(target)}"')
     text = "\n".join([ln.text for ln in lines] + [body]) + "\n"
     try:
-        spec = parse_model(Path(src.rel), Path("."), text=text, rel=src.rel)
+        spec = _parsed(text, src.rel, root, save, lambda: _parse(text, src.rel))
     except LakewrapError as exc:
         raise _moved(exc, lines, src) from None
     if spec.partition is not None and spec.partition.kind == "dynamic":
@@ -282,6 +274,62 @@ def build_spec(fn: Callable[..., Any], keywords: dict[str, Any], src: Source, *,
               "deps": [str(u) for u in ups]}
     return spec.replace(upstreams=tuple(u for u in ups if u.key != spec.target.key),
                         extensions={**spec.extensions, "python": python})
+
+
+CORE = ("materialized", "target", "partitioned", "unique_key", "append", "snapshot", "on", "test", "column",
+        "on_schema_change", "tag", "retry", "freshness", "description")  # the core header keywords
+
+
+def _keywords() -> tuple[str, ...]:
+    from lakewrap.annotations.registry import default_registry
+
+    return tuple(default_registry().keywords)
+
+
+CACHE_FILE = Path("target") / "cache" / "python-v1.json"
+_CACHES: dict[str, dict[str, str]] = {}  # project root -> {sha256 of (path, rendered header): spec JSON}
+
+
+def _parse(text: str, rel: str) -> ModelSpec:
+    from lakewrap.parse import parse_model  # sqlglot, duckdb's parser and pydantic: only on a cache miss
+
+    return parse_model(Path(rel), Path("."), text=text, rel=rel)
+
+
+def _parsed(text: str, rel: str, root: Path | None, save: bool, parse: Callable[[], ModelSpec]) -> ModelSpec:
+    """``parse()``'s spec of the rendered model text, kept in ``target/cache/python-v1.json`` under
+    lakewrap's code key (as the compile cache keeps a SQL file's spec), so a warm compile of a
+    project with Python models neither parses SQL nor validates (no sqlglot, duckdb or pydantic)."""
+    import json
+
+    if root is None:
+        return parse()
+    from lakewrap.targetdir import code_key, write_atomic
+
+    key = hashlib.sha256(f"{rel}\0{text}".encode()).hexdigest()
+    entries = _CACHES.get(str(root))
+    if entries is None:
+        try:
+            doc = json.loads((root / CACHE_FILE).read_text(encoding="utf-8"))
+            entries = dict(doc["specs"]) if doc.get("key") == code_key() else {}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            entries = {}
+        _CACHES[str(root)] = entries
+    got = entries.get(key)
+    if got is not None:
+        try:
+            return ModelSpec.decode(json.loads(got))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            pass  # damaged: parse again
+    spec = parse()
+    entries[key] = spec.dump_json()
+    while len(entries) > 2000:  # the oldest first
+        entries.pop(next(iter(entries)))
+    if not save:
+        return spec
+    with suppress(OSError):  # a read-only project stays cold
+        write_atomic(root / CACHE_FILE, json.dumps({"key": code_key(), "specs": entries}))
+    return spec
 
 
 def _timeout(value: Any, src: Source) -> float:
@@ -386,169 +434,3 @@ def _project_imports(tree: ast.Module, root: Path | None) -> set[str]:
         except (OSError, SyntaxError, ValueError):
             continue
     return found
-
-
-# --- files ----------------------------------------------------------------------------------------
-
-
-def model_files(root: Path) -> list[Path]:
-    """``models/**/*.py``, sorted."""
-    models = root / "models"
-    return sorted(p for p in models.rglob("*.py") if p.is_file()) if models.is_dir() else []
-
-
-@contextmanager
-def _on_path(root: Path) -> Iterator[None]:
-    """The project folder first on ``sys.path`` while a model file runs (its own modules import)."""
-    entry = str(root)
-    added = entry not in sys.path
-    if added:
-        sys.path.insert(0, entry)
-    try:
-        yield
-    finally:
-        if added:
-            sys.path.remove(entry)
-
-
-_LOADED: dict[str, bytes] = {}  # a project module's file -> its bytes when it was imported
-
-
-def _forget_changed(root: Path) -> None:
-    """Drop from ``sys.modules`` the project's own modules whose file changed since they were
-    imported, so a model file imports them afresh (installed packages are never dropped)."""
-    base = str(root) + "/"
-    for name, mod in list(sys.modules.items()):
-        file = getattr(mod, "__file__", None)
-        if not file or not file.startswith(base) or "-packages/" in file:
-            continue
-        try:
-            data = Path(file).read_bytes()
-        except OSError:
-            continue
-        if _LOADED.setdefault(file, data) != data:
-            del sys.modules[name]
-            _LOADED[file] = data
-
-
-def _execute(path: Path, rel: str, root: Path) -> dict[str, Any]:
-    """The module namespace of one model file (a syntax error or an exception at import: located)."""
-    text = path.read_text(encoding="utf-8")
-    _forget_changed(root)
-    try:
-        code = compile(text, str(path), "exec")
-    except SyntaxError as exc:
-        line = exc.lineno or 1
-        raise ModelError(f"the Python file does not compile: {exc.msg}",
-                         location=Location(rel, line, exc.offset, (text.splitlines() or [""])[line - 1]
-                                           if line <= len(text.splitlines()) else None),
-                         hint="fix the syntax error") from None
-    name = "lakewrap_models." + rel.removesuffix(".py").replace("/", ".")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec) if spec is not None else None
-    namespace: dict[str, Any] = module.__dict__ if module is not None else {"__name__": name}
-    namespace["__file__"] = str(path)
-    try:
-        with _on_path(root):
-            exec(code, namespace)  # a model file is the project's own code
-    except Exception as exc:
-        raise error_in_file(exc, path, rel, "importing the model file raised") from None
-    _forget_changed(root)  # remembers the bytes of the modules it imported
-    return namespace
-
-
-def error_in_file(exc: BaseException, path: Path, rel: str, what: str) -> ModelError:
-    """``exc`` located at the deepest frame of its traceback that is in ``path``."""
-    import traceback
-
-    line = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if Path(frame.filename).resolve() == path.resolve():
-            line = frame.lineno
-    text = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    snippet = text[line - 1] if line and line <= len(text) else None
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    message = f"{what} {type(exc).__name__}: {first}".rstrip(": ")
-    return ModelError(message, location=Location(rel, line, None, snippet),
-                      hint="fix the function; `lakewrap --debug run` shows the traceback")
-
-
-def load_file(path: Path, rel: str, root: Path) -> list[ModelSpec]:
-    """The models one ``models/**/*.py`` file declares (a file with none declares nothing)."""
-    namespace = _execute(path, rel, root)
-    text = path.read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    parts = rel.split("/")
-    schema = parts[1] if len(parts) > 2 else "main"
-    out: list[ModelSpec] = []
-    seen: set[int] = set()
-    for value in list(namespace.values()):
-        declared = getattr(value, MARK, None)
-        if not isinstance(declared, Declared) or id(value) in seen:
-            continue
-        code = getattr(value, "__code__", None)
-        if code is None or Path(code.co_filename).resolve() != path.resolve():
-            continue  # imported from another file: declared there
-        seen.add(id(value))
-        spec = build_spec(value, declared.keywords, _source(value, rel, text, tree), schema=schema, root=root)
-        _FUNCTIONS[(str(root), spec.target.key)] = value
-        out.append(spec)
-    return sorted(out, key=lambda s: python_of(s)["line"])  # type: ignore[index]
-
-
-def register(root: Path, fn: Callable[..., Any], keywords: dict[str, Any]) -> ModelSpec:
-    """``Project.register``: validate ``fn`` with ``keywords`` now, remember it for the project."""
-    declared = getattr(fn, MARK, None)
-    merged = {**(declared.keywords if isinstance(declared, Declared) else {}), **keywords}
-    spec = build_spec(fn, merged, _file_source(fn, root), schema="main", root=root)
-    listed = REGISTERED.setdefault(str(root), [])
-    for i, (other, _) in enumerate(listed):
-        if getattr(other, "__name__", None) == getattr(fn, "__name__", None) and other is not fn:
-            listed[i] = (fn, merged)
-            break
-    else:
-        if all(other is not fn for other, _ in listed):
-            listed.append((fn, merged))
-    _FUNCTIONS[(str(root), spec.target.key)] = fn
-    return spec
-
-
-def python_models(root: Path) -> list[ModelSpec]:
-    """Every Python model of the project: its ``models/**/*.py`` files, then registered functions."""
-    root = root.resolve()
-    out: list[ModelSpec] = []
-    for path in model_files(root):
-        rel = path.relative_to(root).as_posix()
-        if not str(path.resolve()).startswith(str(root) + "/"):
-            raise ProjectError(f"{rel} resolves outside the project (a symlink?)", location=Location(rel),
-                               hint="keep model files inside the project folder")
-        out += load_file(path, rel, root)
-    for fn, keywords in REGISTERED.get(str(root), []):
-        out.append(build_spec(fn, keywords, _file_source(fn, root), schema="main", root=root))
-    return out
-
-
-def function_of(spec: ModelSpec, root: Path) -> Callable[..., Any]:
-    """The function of a Python model (its file loaded again when this process has not yet)."""
-    key = (str(root.resolve()), spec.target.key)
-    fn = _FUNCTIONS.get(key)
-    if fn is None:
-        load_file(root / spec.path, spec.path, root.resolve())
-        fn = _FUNCTIONS.get(key)
-    if fn is None:
-        raise ModelError(f"the function of `{spec.target}` is gone from {spec.path}", location=Location(spec.path),
-                         hint="run again: the file changed while the run was planned")
-    return fn
-
-
-def add_to(project: Any) -> None:
-    """Add the project's Python models to ``project`` (a :class:`lakewrap.project.Project`)."""
-    for spec in python_models(project.root):
-        other = project.models.get(spec.target.key)
-        if other is not None:
-            raise ProjectError(
-                f"two models write `{spec.target}`: {other.path} and {spec.path}",
-                location=Location(spec.path, python_of(spec)["line"]),  # type: ignore[index]
-                hint="rename one of them or give it a `target=`",
-            )
-        project.models[spec.target.key] = spec

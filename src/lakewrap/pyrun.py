@@ -20,7 +20,8 @@ from typing import Any
 
 from lakewrap.errors import Location, ModelError
 from lakewrap.plan import make_plan
-from lakewrap.pymodels import error_in_file, function_of, python_of
+from lakewrap.pyfiles import error_in_file, function_of
+from lakewrap.pymodels import python_of
 from lakewrap.spec import ModelSpec, SnapshotStrategy, TableRef
 
 
@@ -108,7 +109,9 @@ def to_arrow(value: Any, where: Location) -> Any:
             return pa.Table.from_batches(batches)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise ModelError(f"the record batches do not share one schema: {exc}", location=where) from None
-    raise ModelError(f"the function returned a {type(value).__name__}, which is no table", location=where,
+    kind = type(value).__name__
+    raise ModelError(f"the function returned {'an' if kind[:1] in 'aeiou' else 'a'} {kind}, which is no table",
+                     location=where,
                      hint="return a pyarrow Table, a DuckDB relation, a pandas or polars DataFrame, "
                           "or an iterator of Arrow record batches")
 
@@ -203,7 +206,7 @@ def evaluate(spec: ModelSpec, root: Path, cursor: Any, read: Callable[[str, str]
     plan = make_plan(spec, substrate="ducklake", partition=value, now=now)  # the window, as the step binds it
     b = plan.binding
     partition = Partition(b.value, b.start, b.end) if b is not None else None
-    params = {k: v.python() for k, v in plan.params().items()} if b is not None else {}
+    params = {k: v.python() for k, v in plan.params().items()}
     allowed = {u.key: u for u in spec.all_upstreams}
     ctx = Context(cursor, partition, params, str(spec.target), read, allowed, where)
     table = _call(fn, ctx, float(info["timeout"]), path, spec.path, where)

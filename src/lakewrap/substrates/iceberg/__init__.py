@@ -95,11 +95,11 @@ class Iceberg(Substrate):
         the run can cause)."""
         from lakewrap.compilers.python import read
 
-        if not hasattr(lake, "scratch"):
+        if not self.probe_in_scratch:  # the SQL write path (IcebergSql): not built yet
             from lakewrap.errors import UnsupportedError
 
-            raise UnsupportedError(f"{spec.path}: Python models do not run on the `{self.name}` write path",
-                                   hint="use the pyiceberg write path (docs/python-models.md)")
+            raise UnsupportedError(f"{spec.path}: Python models do not run on Iceberg's DuckDB-SQL write path",
+                                   hint='use write_path = "pyiceberg", or DuckLake (docs/python-models.md)')
         with lake.scratch(con, [str(u) for u in spec.all_upstreams]) as (cursor, _):
             yield cursor, lambda schema, name: cursor.sql(read(schema, name)), {}
 
