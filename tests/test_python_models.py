@@ -259,6 +259,7 @@ def test_editing_the_function_or_a_module_it_imports_changes_its_hash(tmp_path: 
     assert sha() not in (first, second)
     edited = run_project(tmp_path, start="2024-01-01", end="2024-01-02", now=NOW, missing_only=True)
     assert edited.ok and len(edited.results) == 2
+    assert lakewrap.Project(tmp_path).status()[0].stale == []  # nothing upstream changed since
     assert lake_rows(tmp_path, "SELECT order_id, amount FROM out.scaled ORDER BY 1") == [
         (1, 31), (2, 16), (3, 22), (4, 4)]
 
@@ -267,6 +268,14 @@ def test_editing_the_function_or_a_module_it_imports_changes_its_hash(tmp_path: 
     assert repro.ok and [r.status for r in repro.results] == ["MATCH", "MATCH"], repro
     old = lakewrap.Project(tmp_path).reproduce(rebuilt.run_id)
     assert [r.status for r in old.results] == ["ERROR", "ERROR"] and "changed since" in old.results[0].detail
+
+    # late data upstream: `run --stale` rebuilds the partition it changed (conservatively: every
+    # partition the function read, as it cannot map rows to windows through Python code)
+    lh.sql("UPDATE raw.orders SET amount = 100 WHERE order_id = 3")
+    stale = run_project(tmp_path, now=NOW, stale=True)
+    assert stale.ok and "2024-01-02" in {r.partition for r in stale.results}
+    assert lake_rows(tmp_path, "SELECT order_id, amount FROM out.scaled ORDER BY 1") == [
+        (1, 31), (2, 16), (3, 301), (4, 4)]
 
 
 # --- the DAG in code --------------------------------------------------------------------------------
@@ -298,7 +307,10 @@ def test_register_validates_at_once_and_runs(tmp_path: Path) -> None:
         {"customer_id": 1, "total": 15}, {"customer_id": 2, "total": 7}, {"customer_id": 3, "total": 1}]
 
 
-def test_a_project_without_a_folder(tmp_path: Path) -> None:
+def test_a_project_without_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its new folder, inside this test's
     project = lakewrap.Project()
 
     @lakewrap.model(materialized="table")
@@ -316,4 +328,48 @@ def test_a_project_without_a_folder(tmp_path: Path) -> None:
     report = project.run()
     assert report.ok, [r.error for r in report.results]
     assert project.query("SELECT sum(n) AS s FROM main.doubled").to_pylist() == [{"s": 12}]
-    assert (project.root / ".lakewrap").is_dir() and project.root != tmp_path
+    assert (project.root / ".lakewrap").is_dir() and project.root.parent == tmp_path.resolve()
+
+
+# --- unit tests (docs/unit-tests.md) ----------------------------------------------------------------
+
+
+def test_unit_tests_run_the_function_on_fixture_rows(tmp_path: Path) -> None:
+    from lakewrap.unittests import run_unit_tests
+
+    write(tmp_path, "models/out/big.py", """
+        import lakewrap
+
+
+        @lakewrap.model(materialized="incremental", partitioned="daily key=created_at")
+        def big(ctx):
+            if ctx.partition.value == "2024-01-09":
+                raise RuntimeError("no data that day")
+            window = f"created_at >= '{ctx.partition.start}' AND created_at < '{ctx.partition.end}'"
+            return ctx.ref("raw.orders").filter(window).filter("amount > 5").select("order_id, amount, created_at")
+        """)
+    fixture = """
+        model = "out.big"
+        partition = "{day}"
+
+        [given."raw.orders"]
+        rows = [
+          {{ order_id = 1, amount = 10, created_at = 2024-01-02T03:00:00Z }},
+          {{ order_id = 2, amount = 5, created_at = 2024-01-02T04:00:00Z }},
+          {{ order_id = 3, amount = 50, created_at = 2024-01-03T00:00:00Z }},
+        ]
+
+        [expect]
+        rows = [{{ order_id = 1, amount = {amount} }}]
+        """
+    write(tmp_path, "tests/unit/big.toml", fixture.format(day="2024-01-02", amount=10))
+    (result,) = run_unit_tests(tmp_path).results
+    assert result.status == "pass", result
+    write(tmp_path, "tests/unit/big.toml", fixture.format(day="2024-01-02", amount=11))
+    (result,) = run_unit_tests(tmp_path).results
+    assert result.status == "fail" and result.missing == [(1, 11)] and result.extra == [(1, 10)]
+    assert "  - (1, 11)" in result.diff() and "  + (1, 10)" in result.diff()
+    write(tmp_path, "tests/unit/big.toml", fixture.format(day="2024-01-09", amount=10))
+    (result,) = run_unit_tests(tmp_path).results
+    assert result.status == "error" and "models/out/big.py:7: the function raised RuntimeError" in (result.error or "")
+    assert not (tmp_path / ".lakewrap").exists() and not (tmp_path / "target").exists()  # no lake, nothing kept
