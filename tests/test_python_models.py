@@ -220,7 +220,7 @@ def test_a_failing_function_writes_nothing(tmp_path: Path, body: str, message: s
 def test_editing_the_function_or_a_module_it_imports_changes_its_hash(tmp_path: Path) -> None:
     model = """
         import lakewrap
-        from helpers import FACTOR
+        from scale_config import FACTOR
 
 
         @lakewrap.model(materialized="incremental", partitioned="daily key=created_at")
@@ -229,7 +229,7 @@ def test_editing_the_function_or_a_module_it_imports_changes_its_hash(tmp_path: 
             return rel.select(f"order_id, amount * {FACTOR} AS amount, created_at").filter(
                 f"created_at >= '{ctx.partition.start.isoformat()}' AND created_at < '{ctx.partition.end.isoformat()}'")
         """
-    write(tmp_path, "helpers.py", "FACTOR = 2\n")
+    write(tmp_path, "scale_config.py", "FACTOR = 2\n")
     write(tmp_path, "models/out/scaled.py", model)
     lh = Lakehouse(tmp_path, {})
     lh.sql(*ORDERS)
@@ -246,7 +246,7 @@ def test_editing_the_function_or_a_module_it_imports_changes_its_hash(tmp_path: 
     assert again.results == [] and len(again.not_rerun) == 2  # same function, same inputs: skipped
     assert lakewrap.Project(tmp_path).compile(["state:modified"], partition="2024-01-01") == []
 
-    write(tmp_path, "helpers.py", "FACTOR = 3\n")  # an imported project module changed
+    write(tmp_path, "scale_config.py", "FACTOR = 3\n")  # an imported project module changed
     second = sha()
     assert second != first
     assert [p.target for p in lakewrap.Project(tmp_path).compile(["state:modified"])] == ["out.scaled"]
