@@ -373,3 +373,28 @@ def test_unit_tests_run_the_function_on_fixture_rows(tmp_path: Path) -> None:
     (result,) = run_unit_tests(tmp_path).results
     assert result.status == "error" and "models/out/big.py:7: the function raised RuntimeError" in (result.error or "")
     assert not (tmp_path / ".lakewrap").exists() and not (tmp_path / "target").exists()  # no lake, nothing kept
+
+
+def test_compiling_a_star_merge_asks_for_its_columns(tmp_path: Path) -> None:
+    write(tmp_path, "models/out/m.py", """
+        import lakewrap
+
+
+        @lakewrap.model(materialized="incremental", unique_key="id")
+        def m(ctx):
+            return ctx.ref("raw.orders")
+        """)
+    err = compile_error(tmp_path)
+    assert err.location is not None and (err.location.path, err.location.line) == ("models/out/m.py", 4)
+    assert "a merge Python model needs its columns to compile" in err.message and "column=" in (err.hint or "")
+    write(tmp_path, "models/out/m.py", """
+        import lakewrap
+
+
+        @lakewrap.model(materialized="incremental", unique_key="id", column=["id INTEGER", "v VARCHAR"])
+        def m(ctx):
+            return ctx.ref("raw.orders")
+        """)
+    (plan,) = compile_project(tmp_path, use_cache=False, now=NOW)
+    merge = next(st.sql for st in plan.statements if st.sql.startswith("MERGE"))
+    assert '"v" = "source"."v"' in merge  # the contracts' columns are the update list

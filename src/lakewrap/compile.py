@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap import __version__, fanout
-from lakewrap.errors import PlanError
+from lakewrap.errors import ModelError, PlanError
 from lakewrap.execute import statements
 from lakewrap.plan import Plan, Substrate, make_plan
 from lakewrap.project import Project, model_files, require_project
@@ -497,7 +497,12 @@ def compile_project(
             _precompile_selected(selected, cache, substrate, partition, now, jobs, root)
         out: list[CompiledPlan] = []
         for spec in selected:  # in dependency order: the first failing model is the one reported
-            out.append(compile_plan(plan_for(spec, substrate, partition, now, root), cache))
+            try:
+                out.append(compile_plan(plan_for(spec, substrate, partition, now, root), cache))
+            except ModelError as exc:
+                from lakewrap.pymodels import compile_error
+
+                raise compile_error(spec, exc) from None
     cache.save()
     return out
 

@@ -434,3 +434,14 @@ def _project_imports(tree: ast.Module, root: Path | None) -> set[str]:
         except (OSError, SyntaxError, ValueError):
             continue
     return found
+
+
+def compile_error(spec: ModelSpec, exc: LakewrapError) -> LakewrapError:
+    """``exc`` from compiling ``spec``; for a Python model's ``SELECT *`` that needs its column list,
+    the error names the decorator and the keyword that gives the columns."""
+    info = python_of(spec)
+    if info is None or "column list" not in exc.message:
+        return exc
+    return ModelError(f"a {spec.strategy.kind} Python model needs its columns to compile; only running the "
+                      "function tells them", location=Location(spec.path, int(info["line"])),
+                      hint='declare them: column=["id INTEGER", ...] (a run reads them from the result)')
