@@ -28,7 +28,9 @@ def test_compile_prints_every_model_in_dependency_order(shop: Path) -> None:
     code, out, _ = run("compile", "--project", str(shop), "--partition", "2024-01-02")
     assert code == 0
     models = [line.split()[-1] for line in out.splitlines() if line.startswith("-- model:")]
-    assert len(models) == len(list((shop / "models").rglob("*.sql")))
+    # every .sql file, and each Python model (one @lakewrap.model function per file here)
+    assert len(models) == len(list((shop / "models").rglob("*.sql"))) + len(list((shop / "models").rglob("*.py")))
+    assert models.index("models/marts/revenue_by_customer.sql") < models.index("models/marts/customer_segments.py")
     # orders_daily reads sales.orders, which reads raw.orders: upstream first
     assert models.index("models/sales/orders.sql") < models.index("models/sales/orders_daily.sql")
     assert models.index("models/staging/customers.sql") < models.index("models/marts/customer_history.sql")
@@ -61,11 +63,13 @@ def test_selectors(shop: Path) -> None:
 
     assert models("orders") == ["orders.sql"]
     assert models("sales.orders") == ["orders.sql"]
-    assert models("orders+") == ["orders.sql", "revenue_by_customer.sql", "orders_daily.sql"]
+    assert models("orders+") == ["orders.sql", "revenue_by_customer.sql", "orders_daily.sql", "customer_segments.py"]
     assert models("+customer_history") == ["customers.sql", "customer_history.sql"]
     assert sorted(models("tag:sales")) == ["orders.sql", "orders_daily.sql"]
-    assert sorted(models("path:models/marts")) == ["customer_history.sql", "revenue_by_customer.sql"]
-    assert models("orders+", "--exclude", "revenue_by_customer") == ["orders.sql", "orders_daily.sql"]
+    assert sorted(models("path:models/marts")) == ["customer_history.sql", "customer_segments.py",
+                                                   "revenue_by_customer.sql"]
+    assert models("orders+", "--exclude", "revenue_by_customer") == ["orders.sql", "orders_daily.sql",
+                                                                     "customer_segments.py"]
 
 
 @pytest.mark.parametrize(

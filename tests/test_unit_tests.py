@@ -54,8 +54,9 @@ rows = [
 def test_the_example_passes(shop: Path) -> None:
     code, out, _ = run("unit", "--project", str(shop))
     assert code == 0, out
-    assert out == ("pass: tests/unit/orders_daily.toml: sales.orders_daily [2024-01-02]\n"
-                   "unit tests: 1 passed, 0 failed\n")
+    assert out == ("pass: tests/unit/customer_segments.toml: marts.customer_segments\n"  # a Python model's
+                   "pass: tests/unit/orders_daily.toml: sales.orders_daily [2024-01-02]\n"
+                   "unit tests: 2 passed, 0 failed\n")
 
 
 def test_partition_binding_reads_only_the_partitions_rows(shop: Path) -> None:

@@ -16,8 +16,9 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from lakewrap.api import Project, materialize
+    from lakewrap.pymodels import model
 
-__all__ = ["Project", "__version__", "materialize"]
+__all__ = ["Project", "__version__", "materialize", "model"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from lakewrap import api
 
         return getattr(api, name)
+    if name == "model":
+        from lakewrap.pymodels import model
+
+        return model
     raise AttributeError(f"module 'lakewrap' has no attribute {name!r}")

@@ -50,8 +50,23 @@ INPUT = "__lakewrap_input"
 class Project:
     """A lakewrap project folder (``models/``, ``seeds/``, optional ``lakewrap.toml``)."""
 
-    def __init__(self, path: str | Path = ".") -> None:
+    def __init__(self, path: str | Path | None = None) -> None:
+        """``path``: the project folder; None (``Project()``) makes a programmatic project in a new
+        temporary folder (``project.root``) holding its lake, whose models are registered functions."""
+        if path is None:
+            import tempfile
+
+            path = tempfile.mkdtemp(prefix="lakewrap-project-")
+            (Path(path) / "models").mkdir()
         self.root = Path(path).resolve()
+
+    def register(self, fn: Any, **annotations: Any) -> ModelSpec:
+        """Add the Python model ``fn(ctx)`` with the annotations of ``@lakewrap.model`` (which it may
+        carry already), validated now as a model file is: a bad keyword raises here, located on the
+        function's file and line (docs/python-models.md). Returns its spec; returns ``fn`` unchanged."""
+        from lakewrap.pyfiles import register
+
+        return register(self.root, fn, annotations)
 
     def compile(self, selectors: Sequence[str] = (), *, partition: str | None = None,
                 now: datetime | None = None, as_of: str | None = None) -> list[CompiledPlan]:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakewrap import __version__, fanout
-from lakewrap.errors import PlanError
+from lakewrap.errors import ModelError, PlanError
 from lakewrap.execute import statements
 from lakewrap.plan import Plan, Substrate, make_plan
 from lakewrap.project import Project, model_files, require_project
@@ -366,6 +366,9 @@ def load_project(root: Path, cache: _Cache | None, *, jobs: int | None = None,
                 hint="rename one of the files or give it a `-- target`",
             )
         project.models[spec.target.key] = spec
+    from lakewrap.pyfiles import add_to
+
+    add_to(project, save=cache.path is not None)  # models/**/*.py, registered functions (docs/python-models.md)
     if misses or fresh.keys() != old.keys():
         cache.dirty = True
     cache.entries = fresh
@@ -494,7 +497,12 @@ def compile_project(
             _precompile_selected(selected, cache, substrate, partition, now, jobs, root)
         out: list[CompiledPlan] = []
         for spec in selected:  # in dependency order: the first failing model is the one reported
-            out.append(compile_plan(plan_for(spec, substrate, partition, now, root), cache))
+            try:
+                out.append(compile_plan(plan_for(spec, substrate, partition, now, root), cache))
+            except ModelError as exc:
+                from lakewrap.pymodels import compile_error
+
+                raise compile_error(spec, exc) from None
     cache.save()
     return out
 

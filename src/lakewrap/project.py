@@ -109,6 +109,10 @@ class Project:
                     hint="rename one of the files or give it a `-- target`",
                 )
             project.models[spec.target.key] = spec
+        if paths is None:
+            from lakewrap.pyfiles import add_to
+
+            add_to(project, save=False)  # models/**/*.py and registered functions (docs/python-models.md)
         return project
 
     def upstream_models(self, spec: ModelSpec) -> list[ModelSpec]:

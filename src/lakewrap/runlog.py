@@ -387,6 +387,8 @@ class RunLog:
                 "outcome": "committed" if r.status == "success" else "unchanged", "error_class": None,
                 "error": None, "seconds": None,
             }))
+        for line in getattr(r, "log_lines", ()) or ():
+            self.line("info", r.target, r.partition, line)
         for w in r.warnings:
             self.line("warning", r.target, r.partition, w)
         if r.status == "failed":

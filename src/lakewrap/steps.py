@@ -159,7 +159,13 @@ def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value:
     """Plan, compile and run one step on ``lake`` (any substrate's handle) through ``executor`` (its
     materializer); never raises for model or data errors (they are in the result)."""
     substrate = resolve(lake.config)
+    ran = None
     try:
+        if "python" in spec.extensions:  # run the function first: its result is what the plan reads
+            from lakewrap.pyrun import run_model
+
+            ran = run_model(substrate, lake, con, spec, value, now)
+            spec = ran.spec
         plan = substrate.plan_step(lake, con, spec, value, now)
         if spec.tests:
             from lakewrap.testfiles import read_test_files
@@ -173,7 +179,12 @@ def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value:
         return failed
     # table and view plans replace the whole target anyway; literal models write what they write.
     rebuilds = spec.strategy.kind in ("delete+insert", "merge", "append", "snapshot")
-    return substrate.run_step(executor, con, spec, compiled, drop_first=drop_first and rebuilds)
+    if ran is None:
+        return substrate.run_step(executor, con, spec, compiled, drop_first=drop_first and rebuilds)
+    result = substrate.run_step(executor, con, spec, compiled, drop_first=drop_first and rebuilds,
+                                inputs=ran.inputs, provenance=ran.provenance)
+    result.log_lines += ran.logs
+    return result
 
 
 def write_results(root: Path, folder: Path, report: RunReport) -> None:

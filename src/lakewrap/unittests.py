@@ -6,9 +6,10 @@ the model's own text (what ``compile`` prints) with the partition's parameters b
 them; the inputs are tables of the same ``schema.name`` in a fresh ``duckdb.connect()``. Rows are
 compared as multisets on the columns the expected rows name (floats to 9 significant digits).
 
-How a model's rows are produced is looked up in :data:`RUNNERS` by the model's kind: SQL models
-today; a Python model kind registers a function taking the connection, the spec and the bound
-parameters and returning ``(columns, rows)``.
+How a model's rows are produced is looked up in :data:`RUNNERS` by the model's kind: a SQL model's
+SELECT, or a Python model's function (``ctx.ref`` reading the fixture tables; docs/python-models.md),
+each a function taking the connection, the spec, the bound parameters and the project root and
+returning ``(columns, rows)``.
 """
 
 from __future__ import annotations
@@ -33,19 +34,29 @@ else:  # pragma: no cover
 
 UNIT_DIR = "tests/unit"
 Rows = list[tuple[Any, ...]]
-Runner = Callable[[Any, ModelSpec, dict[str, Any]], tuple[list[str], Rows]]
+Runner = Callable[[Any, ModelSpec, dict[str, Any], Path], tuple[list[str], Rows]]
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _KEYS = {"model", "partition", "now", "given", "expect", "description"}
 
 
-def _run_sql(con: Any, spec: ModelSpec, params: dict[str, Any]) -> tuple[list[str], Rows]:
+def _run_sql(con: Any, spec: ModelSpec, params: dict[str, Any], root: Path) -> tuple[list[str], Rows]:
     used = {k: v for k, v in params.items() if k in set(_PARAM.findall(spec.sql))}
     cur = con.execute(spec.sql, used) if used else con.execute(spec.sql)
     return [d[0] for d in cur.description], cur.fetchall()
 
 
-# The model kind → how its output rows are computed (a Python model kind adds itself here).
-RUNNERS: dict[str, Runner] = {"sql": _run_sql}
+def _run_python(con: Any, spec: ModelSpec, params: dict[str, Any], root: Path) -> tuple[list[str], Rows]:
+    from lakewrap.compilers.python import read
+    from lakewrap.pyrun import evaluate
+
+    now = params.get("run_timestamp") or datetime.now(timezone.utc)
+    table, _ = evaluate(spec, root, con, lambda schema, name: con.sql(read(schema, name)),
+                        params.get("partition_value"), now)
+    return list(table.column_names), [tuple(r.values()) for r in table.to_pylist()]
+
+
+# The model kind → how its output rows are computed.
+RUNNERS: dict[str, Runner] = {"sql": _run_sql, "py": _run_python}
 
 
 def model_kind(spec: ModelSpec) -> str:
@@ -182,7 +193,7 @@ def _normal(v: Any) -> Any:
     return v
 
 
-def run_unit_file(path: Path, rel: str, specs: dict[str, ModelSpec]) -> UnitResult:
+def run_unit_file(path: Path, rel: str, specs: dict[str, ModelSpec], root: Path | None = None) -> UnitResult:
     """Run one unit test file against a fresh in-memory DuckDB; never opens the lake."""
     import duckdb
 
@@ -240,10 +251,13 @@ def run_unit_file(path: Path, rel: str, specs: dict[str, ModelSpec]) -> UnitResu
         if runner is None:
             raise LakewrapError(f"{rel}: no unit-test runner for {model_kind(spec)} models")
         try:
-            out_cols, out_rows = runner(con, spec, params)
+            out_cols, out_rows = runner(con, spec, params, root if root is not None else path.parent)
         except duckdb.Error as exc:
             return UnitResult(rel, str(spec.target), plan.binding.value if plan.binding else None, "error",
                               error=str(exc).splitlines()[0])
+        except ModelError as exc:  # a Python model's function raised, returned no table, ...
+            return UnitResult(rel, str(spec.target), plan.binding.value if plan.binding else None, "error",
+                              error=exc.render())
     finally:
         con.close()
     ecols, erows, _ = _rows_of(doc.get("expect", {}), "expect", rel, text)
@@ -289,7 +303,7 @@ def run_unit_tests(root: Path, selectors: Sequence[str] = (), exclude: Sequence[
     results = []
     for path in unit_files(root):
         rel = path.relative_to(root).as_posix()
-        result = run_unit_file(path, rel, specs)
+        result = run_unit_file(path, rel, specs, root)
         if chosen is None or specs[result.model.lower()].target.key in chosen:
             results.append(result)
     return UnitReport(results)

@@ -63,6 +63,7 @@ class Result:
     error_location: dict[str, Any] | None = None
     # what `--debug` adds: the statement that failed, DuckDB's own message, the traceback (not in JSON)
     error_debug: str | None = None
+    log_lines: list[str] = field(default_factory=list)  # a Python model's ctx.log(...) lines (the run log's)
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)

@@ -255,9 +255,24 @@ class Substrate:
         raise NotImplementedError
 
     def run_step(self, materializer: Any, con: Any, spec: ModelSpec, compiled: CompiledPlan, *,
-                 drop_first: bool = False) -> Result:
-        """One step of a run: ``compiled`` (the plan of ``spec``) through the :meth:`materializer`."""
-        return materializer.materialize(con, compiled, drop_first=drop_first)  # type: ignore[no-any-return]
+                 drop_first: bool = False, inputs: dict[str, Any] | None = None,
+                 provenance: dict[str, Any] | None = None) -> Result:
+        """One step of a run: ``compiled`` (the plan of ``spec``) through the :meth:`materializer`;
+        ``inputs``, ``provenance``: a Python model's result and what its function read at."""
+        return materializer.materialize(con, compiled, drop_first=drop_first,  # type: ignore[no-any-return]
+                                        inputs=inputs, provenance=provenance)
+
+    @contextmanager
+    def python_reads(self, lake: Any, con: Any, spec: ModelSpec) -> Iterator[tuple[Any, Callable[[str, str], Any],
+                                                                                 dict[str, Any]]]:
+        """A Python model's reads (docs/python-models.md): a DuckDB connection for ``ctx.con``, a
+        function ``(schema, name) -> relation`` for ``ctx.ref``, pinned as the commit records its
+        reads, and what to record beside the commit's pins."""
+        from lakewrap.errors import UnsupportedError
+
+        raise UnsupportedError(f"{spec.path}: the `{self.name}` substrate does not run Python models",
+                               hint="run Python models on ducklake or iceberg (docs/python-models.md)")
+        yield  # pragma: no cover - a generator
 
     def run_input(self, materializer: Any, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
         """``lakewrap.materialize()``: ``compiled`` reads ``data`` (Arrow, pandas) registered as ``name``."""

@@ -65,10 +65,19 @@ class DuckLake(Substrate):
         return plan_step(con, spec, partition, now)
 
     def run_step(self, materializer: Executor, con: Any, spec: ModelSpec, compiled: CompiledPlan, *,
-                 drop_first: bool = False) -> Result:
+                 drop_first: bool = False, inputs: dict[str, Any] | None = None,
+                 provenance: dict[str, Any] | None = None) -> Result:
         """One step; its reads go along for an environment that defers (substrates/ducklake/defer.py)."""
         reads = tuple(str(u) for u in spec.all_upstreams) if materializer.lake.defer is not None else ()
-        return materializer.materialize(con, compiled, reads=reads, drop_first=drop_first)
+        return materializer.materialize(con, compiled, reads=reads, drop_first=drop_first, inputs=inputs,
+                                        provenance=provenance)
+
+    @contextmanager
+    def python_reads(self, lake: Lake, con: Any, spec: ModelSpec) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+        from lakewrap.substrates.ducklake.pyreads import python_reads
+
+        with python_reads(lake, con) as got:
+            yield got
 
     def run_input(self, materializer: Executor, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
         from lakewrap.execute.lake import CONNECT_RETRY

@@ -96,7 +96,7 @@ def pinned_plan(plan: CompiledPlan, version: int, params: dict[str, Param] | Non
 # --- reproduce --------------------------------------------------------------------------------------
 
 
-def reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
+def reproduce_one(con: Any, m: Materialization, redact: Any, root: Path | None = None) -> Reproduction:
     """Copy the target as of the pin into scratch space, re-run the recorded statements there with
     every other table read at the pin, and compare with the table at the materialization's snapshot."""
     out = reproduction(m, m.pins.get("snapshot"))
@@ -120,6 +120,11 @@ def reproduce_one(con: Any, m: Materialization, redact: Any) -> Reproduction:
         if existed and not m.extra_info.get("full_refresh"):  # --full-refresh dropped it first
             con.execute(sqlp.copy_to_scratch(schema, name, pin))
         alters = [str(a) for a in m.extra_info.get("schema_changes", [])]
+        if m.model.endswith(".py") and root is not None:  # a Python model: its function again, at the pin
+            from lakewrap.substrates.ducklake.pyreads import reproduce_inputs
+
+            for relation, data in reproduce_inputs(root, con, m).items():
+                con.register(relation, data)
         for st in m.statements:
             if st.get("role") == "test":
                 continue
@@ -198,7 +203,7 @@ class DuckLakeProvenance:
 
     def reproduce(self, found: list[Materialization]) -> list[Reproduction]:
         lake, con = self._open()
-        return [reproduce_one(con, m, lake.redact) for m in found]
+        return [reproduce_one(con, m, lake.redact, self.root) for m in found]
 
     def pinned_at_snapshot(self, plans: list[CompiledPlan], ref: RunOrSnapshot) -> list[CompiledPlan]:
         assert ref.snapshot is not None

@@ -87,11 +87,27 @@ class Iceberg(Substrate):
     probe_in_scratch = True  # a SELECT * model's columns are probed over pinned views of its reads
 
     def run_step(self, materializer: Any, con: Any, spec: ModelSpec, compiled: CompiledPlan, *,
-                 drop_first: bool = False) -> Result:
+                 drop_first: bool = False, inputs: dict[str, Any] | None = None,
+                 provenance: dict[str, Any] | None = None) -> Result:
         from lakewrap.substrates.iceberg.reads import reads_of
 
         return materializer.materialize(con, compiled, reads=reads_of(spec),  # type: ignore[no-any-return]
-                                        drop_first=drop_first)
+                                        drop_first=drop_first, inputs=inputs, provenance=provenance)
+
+    @contextmanager
+    def python_reads(self, lake: Any, con: Any, spec: ModelSpec) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+        """A scratch session with a view per read pinned at its current snapshot; the commit's
+        own session pins them again (a commit between the two is a conflict only a writer outside
+        the run can cause)."""
+        from lakewrap.compilers.python import read
+
+        if not self.probe_in_scratch:  # the SQL write path (IcebergSql): not built yet
+            from lakewrap.errors import UnsupportedError
+
+            raise UnsupportedError(f"{spec.path}: Python models do not run on Iceberg's DuckDB-SQL write path",
+                                   hint='use write_path = "pyiceberg", or DuckLake (docs/python-models.md)')
+        with lake.scratch(con, [str(u) for u in spec.all_upstreams]) as (cursor, _):
+            yield cursor, lambda schema, name: cursor.sql(read(schema, name)), {}
 
     def run_input(self, materializer: Any, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
         return materializer.materialize(con, compiled, inputs={name: data})  # type: ignore[no-any-return]
