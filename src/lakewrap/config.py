@@ -475,7 +475,9 @@ def _validate(raw: bytes) -> dict[str, ProjectConfig]:
     try:
         base = ProjectConfig.validate(data)
     except ValidationError as exc:
-        raise located(exc.errors()[0], text, lake if isinstance(lake, dict) else None, config_classes()) from None
+        raise located(exc.errors()[0], text, lake if isinstance(lake, dict) else None, config_classes(),
+                      {"run": RunConfig, "maintain": MaintainConfig, "security": SecurityConfig,
+                       "hooks": HooksConfig}) from None
     names = tuple(envs)
     out = {"": base.replace(envs=names)}
     for name, body in envs.items():

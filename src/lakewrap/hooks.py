@@ -223,7 +223,7 @@ def around_step(lake: Any, spec: Any, run_id: str | None, window: Any, step: Cal
         done = _run(root, lake, hook, before, runs)
         if not done.ok:
             err = HookError(f"{done.summary()}; the step did not run, nothing was written",
-                            location=Location(spec.path, hook.line, hook.column),
+                            location=_at(root, spec, hook),
                             hint="fix the hook or what it checks; its output is in the run log (lakewrap_log)")
             pending.fail(err, lake.redact)
             pending.error_class = "HookError"
@@ -247,8 +247,17 @@ def after_step(lake: Any, spec: Any, result: Any, run_id: str | None, window: An
     return result
 
 
+def _at(root: Path, spec: Any, hook: Any) -> Location:
+    """The hook's path on its line of the model file (the line shown under the error)."""
+    try:
+        snippet: str | None = (root / spec.path).read_text(encoding="utf-8").splitlines()[hook.line - 1]
+    except (OSError, UnicodeDecodeError, IndexError):
+        snippet = None
+    return Location(spec.path, hook.line, hook.column, snippet)
+
+
 def _usable(root: Path, spec: Any, hook: Any) -> None:
-    where = Location(spec.path, hook.line, hook.column)
+    where = _at(root, spec, hook)
     what = f"`-- {hook.event} {hook.path}`"
     refuse_unlisted(root, hook.path, what, where)
     try:
