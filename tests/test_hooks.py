@@ -122,11 +122,7 @@ def log_lines(root: Path) -> list[tuple[str, str]]:
 
 
 def table_rows(lake: Lakehouse) -> list[tuple[Any, ...]]:
-    con = lake.connect()
-    try:
-        return [tuple(r) for r in con.execute("SELECT order_id, amount FROM sales.orders ORDER BY 1").fetchall()]
-    finally:
-        con.close()
+    return lake.rows("SELECT order_id, amount FROM sales.orders ORDER BY 1")
 
 
 def test_hooks_receive_the_context_on_stdin_and_in_the_environment(tmp_path: Path,

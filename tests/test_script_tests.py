@@ -110,11 +110,7 @@ def reference(source: list[dict[str, Any]], day: int) -> list[tuple[Any, ...]]:
 
 
 def table_rows(lake: Lakehouse) -> list[tuple[Any, ...]]:
-    con = lake.connect()
-    try:
-        return [tuple(r) for r in con.execute("SELECT order_id, amount FROM sales.orders ORDER BY 1").fetchall()]
-    finally:
-        con.close()
+    return lake.rows("SELECT order_id, amount FROM sales.orders ORDER BY 1")
 
 
 @pytest.mark.parametrize("function", ["check", "as_arrow", "as_pandas", "as_list", "as_count"])
@@ -300,3 +296,29 @@ def test_a_package_ships_a_script_test_through_the_plugin_entry_point(tmp_path: 
     bare = subprocess.run([sys.executable, "-c", CLI, "compile", "--project", str(root), "--no-cache"],
                           capture_output=True, text=True, timeout=300)
     assert bare.returncode == 1 and "models/sales/orders.sql:3" in bare.stderr and "no_big_amounts" in bare.stderr
+
+
+def test_a_script_test_on_iceberg_reads_the_rows_the_commit_would_leave(tmp_path: Path) -> None:
+    """The pyiceberg write path: the relation is the table as the commit will leave it; a failure
+    means no commit."""
+    from icehouse import ICEBERG_TOML, IcebergLakehouse
+
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "amounts.py").write_text(CHECKS)
+    good = orders([10, 50])
+    lake = IcebergLakehouse(tmp_path, {"sales/orders.sql": model("-- test script checks/amounts.py max=100")},
+                            toml=ICEBERG_TOML + TOML)
+    lake.sql(tables={"raw.orders": good}, types={"raw.orders": ORDERS})
+    first = lake.run(partition="2024-01-02", now=NOW)
+    assert first.ok, first.results[0].error
+    published = lake.read("sales.orders", lake.head)
+    assert published is not None
+    assert sorted((r["order_id"], r["amount"]) for r in published) == reference(good, 2)
+
+    lake.sql(tables={"raw.orders": orders([10, 500, 700])}, types={"raw.orders": ORDERS})
+    failed = lake.run(partition="2024-01-02", now=NOW)
+    (result,) = failed.results
+    assert result.status == "failed" and result.tests[0]["failures"] == 2, result.error
+    assert result.snapshot_id is None
+    again = lake.read("sales.orders", lake.head)
+    assert again is not None and sorted((r["order_id"], r["amount"]) for r in again) == reference(good, 2)
