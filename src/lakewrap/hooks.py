@@ -164,11 +164,11 @@ def check_config(root: Path, config: Any) -> None:
     from lakewrap.config_errors import CONFIG_FILE, find_line
 
     hooks = config.hooks
-    for key in ("on_run_start", "on_run_end", "on_failure"):
-        rel = getattr(hooks, key)
+    named = [(key, getattr(hooks, key)) for key in ("on_run_start", "on_run_end", "on_failure")]
+    text = (root / CONFIG_FILE).read_text(encoding="utf-8", errors="replace") if any(r for _, r in named) else ""
+    for key, rel in named:
         if rel is None:
             continue
-        text = (root / CONFIG_FILE).read_text(encoding="utf-8", errors="replace")
         where = Location(CONFIG_FILE, find_line(text, key))
         try:
             path = scriptfiles.resolve(root, rel)
