@@ -392,3 +392,21 @@ def test_pre_and_post_run_on_iceberg(tmp_path: Path) -> None:
     assert failed.results[0].status == "failed" and failed.results[0].error_class == "HookError"
     after = lakewrap.Project(tmp_path).query("SELECT count(*) AS n FROM sales.orders").column("n").to_pylist()
     assert before == after == [3]
+
+
+def test_an_unlisted_on_failure_hook_does_not_run_when_the_plan_fails(tmp_path: Path) -> None:
+    """A model that cannot be planned still cannot run a script [security] scripts does not list."""
+    project(tmp_path, model("-- on_failure hooks/record.py"), toml="")
+    # the plan fails before the step: a `-- test sql` file that does not exist
+    (tmp_path / "models" / "sales" / "orders.sql").write_text(
+        model("-- on_failure hooks/record.py", extra="-- test sql tests/missing.sql"))
+    report = run_project(tmp_path, partition="2024-01-02", now=NOW)
+    (result,) = report.results
+    assert result.status == "failed" and "tests/missing.sql" in (result.error or "")
+    assert not (tmp_path / "out").exists(), "the unlisted hook must not have run"
+    assert any("on_failure hook hooks/record.py not run" in w for w in result.warnings), result.warnings
+
+    (tmp_path / "lakewrap.toml").write_text(TOML)  # listed: it runs, and sees the plan's error
+    report = run_project(tmp_path, partition="2024-01-02", now=NOW)
+    (seen,) = records(tmp_path, "on_failure-2024-01-02")
+    assert "tests/missing.sql" in seen["context"]["error"] and seen["context"]["partition"]["start"] is None

@@ -239,6 +239,11 @@ def after_step(lake: Any, spec: Any, result: Any, run_id: str | None, window: An
         else None
     context = step_context(result, run_id, window)
     for hook in (h for h in spec.hooks if h.event == event):
+        try:
+            _usable(Path(lake.root), spec, hook)  # [security] scripts holds on every path, this one too
+        except LakewrapError as exc:
+            result.warnings.append(lake.redact(f"{hook.event} hook {hook.path} not run: {exc.message}"))
+            continue
         done = _run(Path(lake.root), lake, hook, context, runs)
         if not done.ok:
             result.warnings.append(done.summary() + ("; the commit stands" if event == "post_run"
