@@ -22,6 +22,15 @@ Role = Literal["setup", "stage", "guard", "bootstrap", "write", "test", "cleanup
 Effect = Literal["insert", "delete", "update", "merge", "stage"]
 
 
+class ScriptInfo(Frozen):
+    """The Python function a script test hands the statement's relation to (``docs/tests.md``)."""
+
+    path: str | None  # the project's ``.py`` file; None: the function a plugin registered for the kind
+    function: str
+    params: dict[str, str] = field(default_factory=dict)  # the ``key=value`` arguments, as text
+    sha256: str | None = None  # of the file's text (part of ``sql_sha256``)
+
+
 class TestInfo(Frozen):
     """What a ``test`` statement checks: the ``-- test`` line it comes from and its severity."""
 
@@ -31,6 +40,8 @@ class TestInfo(Frozen):
     kind: str
     severity: Literal["error", "warn"]
     line: int
+    # a script test: the statement is the relation handed to this function, which finds the failing rows
+    script: ScriptInfo | None = None
 
 
 class CompiledStatement(Frozen):
@@ -132,12 +143,15 @@ class CompiledPlan(Frozen):
 
     @staticmethod
     def digest(statements: tuple[CompiledStatement, ...], commits: tuple[CommitOp, ...] = ()) -> str:
-        """sha256 over the statements' SQL and the commit operations (not parameter values, which vary per
-        partition)."""
+        """sha256 over the statements' SQL (a script test's: with its function, arguments and file's
+        sha256) and the commit operations (not parameter values, which vary per partition)."""
         h = hashlib.sha256()
         for st in statements:
             h.update(st.sql.encode())
             h.update(b"\x00")
+            if st.test is not None and st.test.script is not None:  # its file, function and arguments
+                h.update(st.test.script.dump_json().encode())
+                h.update(b"\x00")
         for op in commits:
             h.update(op.line().encode())
             h.update(b"\x00")

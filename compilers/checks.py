@@ -23,7 +23,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import STAGE, CompiledStatement, TestInfo
+from lakewrap.compilers.artifacts import STAGE, CompiledStatement, ScriptInfo, TestInfo
 from lakewrap.compilers.shape import Shape, naive_bounds
 from lakewrap.errors import Location, ModelError
 from lakewrap.plan import Param, Plan
@@ -146,6 +146,30 @@ def _sql_file(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
     return out
 
 
+def _relation(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
+    """A script test's statement: the rows it covers, handed to its Python function (which returns
+    the failing ones; :mod:`lakewrap.scripttests`)."""
+    return scoped_rows(plan, compiler)
+
+
+def script_info(plan: Plan, test: TestSpec) -> ScriptInfo:
+    """The function of a script test: its file (with the sha256 of the text the plan read) or, for a
+    kind a plugin registered with a function, the kind's name."""
+    import hashlib
+
+    path = test.args.get("path")
+    params = {str(k): str(v) for k, v in dict(test.args.get("params") or {}).items()}
+    if path is None:
+        return ScriptInfo(path=None, function=test.kind, params=params)
+    text = plan.test_sql.get(path)
+    if text is None:
+        raise ModelError(f"`-- test script {path}`: the file was not read",
+                         location=Location(plan.model.path, test.line),
+                         hint=f"create {path} (project-relative) with a function returning the failing rows")
+    return ScriptInfo(path=path, function=str(test.args.get("function", "check")), params=params,
+                      sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
 Builder = Callable[[Plan, "Compiler", TestSpec], exp.Query]
 
 KINDS: dict[str, Builder] = {
@@ -156,12 +180,18 @@ KINDS: dict[str, Builder] = {
     "row_count": _row_count,
     "expression": _expression,
     "sql": _sql_file,
+    "script": _relation,
 }
+# kinds whose statement is the relation a Python function reads, not a failing-rows query
+SCRIPTS: set[str] = {"script"}
 
 
-def register_kind(name: str, builder: Builder) -> None:
-    """Let a plugin compile its own ``-- test`` kind (its parser is registered with the keyword registry)."""
-    KINDS[name] = builder
+def register_kind(name: str, builder: Builder | None = None) -> None:
+    """Let a plugin compile its own ``-- test`` kind (its parser is registered with the keyword
+    registry); without ``builder``, the kind is a script kind (:func:`lakewrap.scripttests.script_kind`)."""
+    KINDS[name] = builder or _relation
+    if builder is None:
+        SCRIPTS.add(name)
 
 
 def failing_rows(plan: Plan, compiler: Compiler, test: TestSpec) -> exp.Query:
@@ -184,6 +214,9 @@ def test_name(test: TestSpec) -> str:
         parts = [test.kind, f"{test.args['column']}={','.join(test.args['values'])}"]
     elif test.kind == "relationships":
         parts = [test.kind, f"{test.args['column']} -> {test.args['to_table']}.{test.args['to_column']}"]
+    elif test.kind in SCRIPTS:
+        where = [f"{test.args['path']}:{test.args.get('function', 'check')}"] if "path" in test.args else []
+        parts = [test.kind, *where, *(f"{k}={v}" for k, v in dict(test.args.get("params") or {}).items())]
     return " ".join(parts)
 
 
@@ -208,9 +241,14 @@ def test_shapes(plan: Plan, compiler: Compiler) -> list[Shape]:
     out = []
     for test in plan.model.tests:
         name = test_name(test)
-        info = TestInfo(name=name, kind=test.kind, severity=test.severity, line=test.line)
-        out.append(Shape("test", test_statement(failing_rows(plan, compiler, test)),
-                         f"{name} (severity {test.severity})", test=info))
+        script = script_info(plan, test) if test.kind in SCRIPTS else None
+        info = TestInfo(name=name, kind=test.kind, severity=test.severity, line=test.line, script=script)
+        rows = failing_rows(plan, compiler, test)
+        node = rows if script is not None else test_statement(rows)
+        note = (f"{name} (severity {test.severity}): these rows go to "
+                f"{script.path + ':' if script.path else 'the plugin function '}{script.function}()"
+                if script is not None else f"{name} (severity {test.severity})")
+        out.append(Shape("test", node, note, test=info))
     return out
 
 

@@ -179,6 +179,14 @@ class Lakehouse:
     def connect(self, read_only: bool = True) -> Any:
         return Lake.open(self.root, read_only=read_only).connect()
 
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of one query on a read-only connection, closed before returning."""
+        con = self.connect()
+        try:
+            return [tuple(r) for r in con.execute(sql).fetchall()]
+        finally:
+            con.close()
+
 
 _SHAS: dict[tuple[str, str], str] = {}  # (target, model file text) -> compiled sql_sha256
 

@@ -107,6 +107,8 @@ def _emit_run(report: Any, fmt: str) -> None:
 
         for line in not_rerun(report):
             _say("not run:", line, "yellow")
+        for w in getattr(report, "warnings", ()):  # of the run as a whole: a [hooks] script that failed
+            _say("warning:", w, "yellow")
         _say_resume(report)
     if not report.ok:
         sys.exit(1)
@@ -323,6 +325,8 @@ def _emit_summary(report: Any, fmt: str, line: str) -> None:
         if r.status == "failed" and r.error:
             _say("failed:", f"{r.target} {r.partition or ''}: {r.error.splitlines()[0]}", "red")
             _say_debug(r)
+    for w in getattr(report, "warnings", ()):  # a [hooks] script that failed
+        _say("warning:", w, "yellow")
     _write(line + "\n")
     _say_resume(report)
     if not report.ok:

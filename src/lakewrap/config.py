@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from lakewrap.config_errors import CONFIG_FILE, find_line, located
+from lakewrap.config_hooks import HooksConfig, script_folders
 from lakewrap.errors import ConfigError, Location
 from lakewrap.frozen import Frozen, Meta
 
@@ -315,6 +316,8 @@ class SecurityConfig(Frozen):
     # folders (relative to the project, or absolute) or s3://bucket/prefix/ whose files models,
     # tests and `lakewrap query` may read (docs/security.md)
     allow_paths: Annotated[tuple[str, ...], Meta(check=_folders)] = ()
+    # project folders whose scripts model files may run: hooks, `-- test script` files (docs/security.md)
+    scripts: Annotated[tuple[str, ...], Meta(check=script_folders)] = ()
 
     def directories(self, root: Path) -> list[str]:
         """The allowed folders as DuckDB matches them: absolute, ending with ``/``."""
@@ -332,6 +335,7 @@ class ProjectConfig(Frozen):
     run: RunConfig = field(default_factory=RunConfig)
     maintain: MaintainConfig = field(default_factory=MaintainConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    hooks: HooksConfig = field(default_factory=HooksConfig)
     # set by load_config, never read from the file: the environment this config is (None: the file's
     # own [lake] and [run]), the environment it defers to, and every environment the file defines
     env: str | None = None
@@ -471,7 +475,9 @@ def _validate(raw: bytes) -> dict[str, ProjectConfig]:
     try:
         base = ProjectConfig.validate(data)
     except ValidationError as exc:
-        raise located(exc.errors()[0], text, lake if isinstance(lake, dict) else None, config_classes()) from None
+        raise located(exc.errors()[0], text, lake if isinstance(lake, dict) else None, config_classes(),
+                      {"run": RunConfig, "maintain": MaintainConfig, "security": SecurityConfig,
+                       "hooks": HooksConfig}) from None
     names = tuple(envs)
     out = {"": base.replace(envs=names)}
     for name, body in envs.items():

@@ -30,11 +30,12 @@ def find_line(text: str, key: str) -> int | None:
 
 
 def located(err: Any, text: str, lake: dict[str, Any] | None,
-            classes: dict[str, type[SubstrateConfig]]) -> ConfigError:
+            classes: dict[str, type[SubstrateConfig]], tables: dict[str, Any] | None = None) -> ConfigError:
     """pydantic's error ``err`` of the file ``text`` as a located :class:`ConfigError`.
 
     ``lake``: the file's ``[lake]`` table (None when it is not a table); ``classes``: the config class
-    of each substrate tag (:func:`lakewrap.config.config_classes`).
+    of each substrate tag (:func:`lakewrap.config.config_classes`); ``tables``: the record class of
+    each other table (``run``, ``hooks``, ...), whose keys an unknown key is matched against.
     """
     loc = [str(p) for p in err["loc"]]
     kind = err["type"]
@@ -58,7 +59,10 @@ def located(err: Any, text: str, lake: dict[str, Any] | None,
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         if len(loc) == 2 and loc[0] == "lake":
             return _foreign_key(key, substrate, classes, where) or _unknown_lake_key(key, substrate, classes, where)
-        return ConfigError(f"unknown key `{'.'.join(loc)}`", location=where, hint=_HINT)
+        owner = (tables or {}).get(loc[0]) if len(loc) == 2 else None
+        close = suggest(key, owner.__dataclass_fields__) if owner is not None else None
+        return ConfigError(f"unknown key `{'.'.join(loc)}`", location=where,
+                           hint=(f"did you mean `{close}`? " if close is not None else "") + _HINT)
     msg = err["msg"].removeprefix("Value error, ")
     if kind == "literal_error" and loc == ["lake", "catalog"] and lake is not None:
         msg = _foreign_catalog(str(lake.get("catalog")), substrate, classes) or msg

@@ -143,7 +143,7 @@ def _test_model(con: Any, lake: Any, folder: Path, spec: ModelSpec, partition: s
             info = st.test
             assert info is not None
             try:
-                out.tests.append(run_test(con, st, log, spec.path))
+                out.tests.append(run_test(con, st, log, spec.path, lake))
             except Exception as exc:  # e.g. the table does not exist yet: that test cannot run
                 out.tests.append(TestOutcome(info.name, info.kind, info.severity, spec.path, info.line, "error",
                                              error=lake.redact(str(exc).strip().splitlines()[0])))

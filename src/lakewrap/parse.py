@@ -96,7 +96,7 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
             hint="save the model as plain text; a NUL byte usually means a binary file or a bad copy-paste",
         )
     header_lines, body_line = split_header(text)
-    header = Header(path=rel)
+    header = Header(path=rel, root=root)
     for line_no, line in header_lines:
         ann = lex_line(line, rel, line_no)
         if ann is None:

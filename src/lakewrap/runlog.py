@@ -389,6 +389,11 @@ class RunLog:
             }))
         for line in getattr(r, "log_lines", ()) or ():
             self.line("info", r.target, r.partition, line)
+        for h in getattr(r, "hooks", ()):  # the model's hooks: their output, then how they ended
+            for out in h["output"]:
+                self.line("info", r.target, r.partition, f"{h['event']} {h['path']}: {out}")
+            if h["status"] == "ok":
+                self.line("info", r.target, r.partition, f"{h['event']} hook {h['path']}: ok in {h['seconds']:.2f}s")
         for w in r.warnings:
             self.line("warning", r.target, r.partition, w)
         if r.status == "failed":

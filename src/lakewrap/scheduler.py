@@ -45,6 +45,8 @@ from lakewrap.compile import _Cache, compile_plan, load_project
 from lakewrap.config import load_config
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
 from lakewrap.execute.executor import Result
+from lakewrap.hooks import RunHooks
+from lakewrap.hooks import check_config as check_hooks
 from lakewrap.project import Project
 from lakewrap.runlog import RunLog, read_run
 from lakewrap.signals import on_signals as _on_signals
@@ -215,6 +217,12 @@ class Scheduler:
         if self.progress:
             self.progress("step", result)
 
+    def skip_pending(self, why: str) -> None:
+        """Record every step not started as ``skipped`` for ``why``."""
+        for step in self.steps:
+            if step.status == "pending":
+                self._finish(step, step.task.skipped("skipped", why))
+
     def _blocked_by(self, step: Step) -> Step | None:
         for d in sorted(step.deps):
             dep = self.steps[d]
@@ -328,6 +336,7 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
         partitions = plan_partitions(selected, opts.partition, opts.start, opts.end)
     check_grains(project, selected)
     config = load_config(root)
+    check_hooks(root, config)  # every [hooks] script there, before anything runs
     workers = opts.workers or config.run.workers or default_workers(opts.executor)
     if workers < 1:
         raise PlanError(f"--workers must be at least 1, not {workers}")
@@ -384,8 +393,11 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         if progress:
             progress("start", len(todo))
         restore = _on_signals(scheduler.cancel)
+        run_hooks = RunHooks(root, config, prep.run_id, opts.command, lake.redact, log)
         try:
             try:
+                if not run_hooks.start(report):  # on_run_start failed: no step runs
+                    scheduler.skip_pending("not run: the on_run_start hook failed")
                 scheduler.run()
             except BaseException:
                 scheduler.cancel()
@@ -397,6 +409,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 status = ("success" if report.ok else "cancelled" if scheduler.cancelled.is_set() else "failed")
                 report.status = status
                 report.resumable = status != "success"
+                run_hooks.end(report, status)
                 log.finish(status, report.results, resumable=report.resumable)
                 report.run_log_errors = log.errors
         finally:

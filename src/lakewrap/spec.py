@@ -159,6 +159,16 @@ class TestSpec(Frozen):
     line: int
 
 
+class HookSpec(Frozen):
+    """A ``-- pre_run`` / ``-- post_run`` / ``-- on_failure`` line: the script and where it is named."""
+
+    event: Literal["pre_run", "post_run", "on_failure"]
+    path: str  # relative to the project folder
+    timeout: float | None = None  # seconds; None: ``[hooks] timeout``
+    line: int
+    column: int
+
+
 class ColumnSpec(Frozen):
     """A ``-- column`` contract: name, DuckDB type, nullability, description."""
 
@@ -194,6 +204,7 @@ class ModelSpec(Frozen):
     body_line: int
     output_columns: tuple[str, ...] | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
+    hooks: tuple[HookSpec, ...] = ()  # in file order (lakewrap.hooks)
 
     @property
     def wrapped(self) -> bool:

@@ -12,10 +12,11 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from lakewrap import __version__
+from lakewrap import __version__, hooks
 from lakewrap.compile import _Cache, compile_plan
 from lakewrap.errors import PlanError, SelectionError
 from lakewrap.execute.executor import Result
@@ -45,6 +46,8 @@ class RunReport:
     run_log_errors: list[str] = field(default_factory=list)
     earlier: int = 0  # a resumed run: its steps committed before the resume (counted as succeeded)
     resumable: bool = False  # the run log records the run, and `lakewrap resume RUN_ID` can finish it
+    hooks: list[dict[str, Any]] = field(default_factory=list)  # the [hooks] that ran (lakewrap.hooks)
+    warnings: list[str] = field(default_factory=list)  # of the run as a whole (a failed [hooks] script)
 
     @property
     def ok(self) -> bool:
@@ -68,7 +71,7 @@ class RunReport:
                 "counts": self.counts(),
                 "steps": len(self.results) + self.earlier, "resumable": self.resumable,
                 "not_rerun": self.not_rerun, "run_log_errors": self.run_log_errors,
-                "results": [r.to_dict() for r in self.results]}
+                "hooks": self.hooks, "warnings": self.warnings, "results": [r.to_dict() for r in self.results]}
 
 
 def refuse_empty(selected: Sequence[ModelSpec], selectors: Sequence[str], exclude: Sequence[str]) -> None:
@@ -176,14 +179,18 @@ def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value:
         failed = Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
                         status="failed", error_class=type(exc).__name__)
         failed.fail(located(exc, spec.path, lake.root), lake.redact)
-        return failed
+        return hooks.after_step(lake, spec, failed, getattr(executor, "run_id", None), None) if spec.hooks else failed
     # table and view plans replace the whole target anyway; literal models write what they write.
     rebuilds = spec.strategy.kind in ("delete+insert", "merge", "append", "snapshot")
-    if ran is None:
-        return substrate.run_step(executor, con, spec, compiled, drop_first=drop_first and rebuilds)
-    result = substrate.run_step(executor, con, spec, compiled, drop_first=drop_first and rebuilds,
-                                inputs=ran.inputs, provenance=ran.provenance)
-    result.log_lines += ran.logs
+    extra = {} if ran is None else {"inputs": ran.inputs, "provenance": ran.provenance}
+    step: Callable[[], Result] = partial(substrate.run_step, executor, con, spec, compiled,
+                                         drop_first=drop_first and rebuilds, **extra)
+    if spec.hooks:  # pre_run, then the step, then post_run or on_failure (lakewrap.hooks)
+        result: Result = hooks.around_step(lake, spec, getattr(executor, "run_id", None), compiled.window, step)
+    else:
+        result = step()
+    if ran is not None:
+        result.log_lines += ran.logs
     return result
 
 

@@ -9,6 +9,7 @@ line that caused the conflict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lakewrap.annotations.lexer import Annotation, Arg
@@ -17,6 +18,7 @@ from lakewrap.spec import (
     AppendStrategy,
     ColumnSpec,
     DeleteInsertStrategy,
+    HookSpec,
     LiteralStrategy,
     MergeStrategy,
     Partitioning,
@@ -60,6 +62,8 @@ class Header:
     description: str | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
     column_refs: list[ColumnRef] = field(default_factory=list)
+    hooks: list[HookSpec] = field(default_factory=list)
+    root: Path | None = None  # the project folder, for keywords that name its files
 
     def ref(self, name: str, ann: Annotation, arg: Arg, role: str) -> None:
         """Remember that ``name`` must be an output column of the SELECT."""
@@ -189,4 +193,5 @@ class Header:
             "freshness_seconds": self.freshness_seconds,
             "description": self.description,
             "extensions": dict(self.extensions),
+            "hooks": tuple(self.hooks),
         }

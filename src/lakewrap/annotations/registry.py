@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.annotations.keywords import register_core
+from lakewrap.annotations.scripts import register_scripts, script_params
 from lakewrap.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class Registry:
 
     keywords: dict[str, KeywordDef] = field(default_factory=dict)
     test_kinds: dict[str, TestKindDef] = field(default_factory=dict)
+    script_functions: dict[str, Callable[..., Any]] = field(default_factory=dict)  # script kinds' functions
     plugins_loaded: bool = False
 
     def keyword(
@@ -87,6 +89,27 @@ class Registry:
             if name in self.test_kinds:
                 raise ConfigError(f"test kind `{name}` is registered twice")
             self.test_kinds[name] = TestKindDef(name, fn, usage, summary)
+            return fn
+
+        return register
+
+    def script_test(self, name: str, *, usage: str | None = None, summary: str | None = None,
+                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator registering ``-- test <name> [key=value ...]`` whose rows go to the decorated
+        ``function(relation, **args)`` (:mod:`lakewrap.scripttests`, ``docs/tests.md``)."""
+
+        shown = usage or f"{name} [key=value ...]"
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            from lakewrap.compilers import checks
+
+            def parse(ann: Annotation, args: tuple[Arg, ...], header: Header) -> dict[str, Any]:
+                return {"params": script_params(ann, args, shown)}
+
+            doc = (fn.__doc__ or name).strip().splitlines()[0]
+            self.test_kind(name, usage=shown, summary=summary or doc)(parse)
+            checks.register_kind(name)  # its statement: the relation the function reads
+            self.script_functions[name] = fn
             return fn
 
         return register
@@ -117,6 +140,7 @@ def default_registry() -> Registry:
     if _DEFAULT is None:
         registry = Registry()
         register_core(registry)
+        register_scripts(registry)  # hooks and script tests
         registry.load_plugins()
         _DEFAULT = registry
     return _DEFAULT

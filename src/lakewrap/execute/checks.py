@@ -60,9 +60,18 @@ class DataTestFailure(ExecutionError):
     """An ``error``-severity test found failing rows: the materialization was rolled back."""
 
 
-def run_test(con: Any, st: CompiledStatement, log: StatementLog, path: str) -> TestOutcome:
-    """Run one compiled test statement; its rows are the failing rows (count in the first column)."""
+def run_test(con: Any, st: CompiledStatement, log: StatementLog, path: str, lake: Any = None) -> TestOutcome:
+    """Run one compiled test statement; its rows are the failing rows (count in the first column).
+    A script test's statement is the relation its function reads (:mod:`lakewrap.scripttests`)."""
     assert st.test is not None
+    info = st.test
+    if info.script is not None:
+        from lakewrap.scripttests import run_script
+
+        count, columns, sample = run_script(con, st, log, path, lake)
+        return TestOutcome(info.name, info.kind, info.severity, path, info.line,
+                           "pass" if count == 0 else "fail" if info.severity == "error" else "warn",
+                           failures=count, columns=columns, sample=sample)
     params = {k: v.python() for k, v in st.params.items()}
     cursor = log.run(con, st.sql, params or None, role="test")
     names = [d[0] for d in cursor.description][1:]

@@ -64,6 +64,8 @@ class Result:
     # what `--debug` adds: the statement that failed, DuckDB's own message, the traceback (not in JSON)
     error_debug: str | None = None
     log_lines: list[str] = field(default_factory=list)  # a Python model's ctx.log(...) lines (the run log's)
+    # the model's hooks that ran around it (lakewrap.hooks.HookRun as dicts)
+    hooks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -259,7 +261,7 @@ class Materializer:
     def run_test(self, con: Any, st: CompiledStatement, result: Result, log: StatementLog,
                  outcomes: list[checks.TestOutcome]) -> None:
         """Write-audit-publish: one test on the written rows, before the commit; a ``warn`` is reported."""
-        outcome = checks.run_test(con, st, log, result.model)
+        outcome = checks.run_test(con, st, log, result.model, self.lake)
         outcomes.append(outcome)
         result.tests.append(outcome.to_dict())
         if outcome.status == "warn":
