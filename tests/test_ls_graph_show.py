@@ -10,6 +10,7 @@ it, on DuckLake and on Iceberg (pyiceberg's embedded SQL catalog).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -91,9 +92,33 @@ def expected_model(root: Path, path: Path) -> dict[str, Any]:
             "description": description, "upstreams": reads}
 
 
+def expected_python_models(root: Path, path: Path) -> list[dict[str, Any]]:
+    """The ``@lakewrap.model`` functions of a Python model file, read with ``ast``: their keywords
+    (the same texts a SQL header holds) and the literal ``ctx.ref("...")`` calls in their bodies."""
+    rel = path.relative_to(root)
+    found = []
+    for fn in ast.parse(path.read_text()).body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for deco in fn.decorator_list:
+            if not (isinstance(deco, ast.Call) and ast.unparse(deco.func) == "lakewrap.model"):
+                continue
+            kw = {k.arg: ast.literal_eval(k.value) for k in deco.keywords}
+            refs = {c.args[0].value for c in ast.walk(fn) if isinstance(c, ast.Call)
+                    and ast.unparse(c.func) == "ctx.ref" and isinstance(c.args[0], ast.Constant)}
+            tags = kw.get("tag", [])
+            found.append({"name": fn.name, "target": f"{rel.parts[1]}.{fn.name}", "path": rel.as_posix(),
+                          "strategy": kw["materialized"], "partitioning": None,
+                          "tags": [tags] if isinstance(tags, str) else list(tags),
+                          "description": kw.get("description"), "upstreams": refs | set(kw.get("deps", ()))})
+    assert found, f"{rel}: no @lakewrap.model function"  # the example's Python models are tables
+    return found
+
+
 def structure(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, set[str]]]:
     """(models by target, seeds: target -> file, sources: table -> the models reading it)."""
     models = {m["target"]: m for m in (expected_model(root, p) for p in sorted((root / "models").rglob("*.sql")))}
+    models |= {m["target"]: m for p in sorted((root / "models").rglob("*.py")) for m in expected_python_models(root, p)}
     seeds = {f"{p.parent.name}.{p.stem}": p.relative_to(root).as_posix()
              for p in sorted((root / "seeds").rglob("*.csv"))}
     sources: dict[str, set[str]] = {}

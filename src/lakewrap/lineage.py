@@ -389,6 +389,9 @@ def _tree(spec: ModelSpec) -> tuple[Any, str | None]:
     """The model's SELECT as a sqlglot tree, or None and why (a literal model has no SELECT)."""
     if spec.strategy.kind == "literal":
         return None, "a literal model's statements have no column lineage"
+    if "python" in spec.extensions:  # its SELECT reads the function's result, which no SQL describes
+        return None, ("a Python model: its columns are computed by its function, so column lineage stops at "
+                      "it (its columns come from its `column=` contracts or its table in the lake)")
     from lakewrap.sqltext import take_query
 
     try:
