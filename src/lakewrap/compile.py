@@ -490,6 +490,7 @@ def compile_project(
     with fanout.fewer_collections():
         project = load_project(root, cache, jobs=jobs, precompile=pre)
         selected = project.select(selectors, exclude)
+        _check_contracts(root, project, selected, cache, substrate, partition, now)
         if pre is None:
             _precompile_selected(selected, cache, substrate, partition, now, jobs, root)
         out: list[CompiledPlan] = []
@@ -497,6 +498,19 @@ def compile_project(
             out.append(compile_plan(plan_for(spec, substrate, partition, now, root), cache))
     cache.save()
     return out
+
+
+def _check_contracts(root: Path, project: Project, selected: list[ModelSpec], cache: _Cache, substrate: Substrate,
+                     partition: str | None, now: datetime) -> None:
+    """Cross-model contracts (:mod:`lakewrap.contracts_graph`), skipped while no model file changed
+    since the last check passed (the digest of every file's hash and of the selection)."""
+    from lakewrap.contracts_graph import check_compile
+
+    digest = None
+    if cache.path is not None:
+        parts = sorted(f"{rel}\t{e.sha}" for rel, e in cache.entries.items())
+        digest = _sha("\n".join([*parts, *(s.target.key for s in selected)]).encode())
+    check_compile(root.resolve(), project, selected, substrate, partition, now, digest)
 
 
 def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Substrate, partition: str | None,

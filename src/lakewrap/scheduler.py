@@ -43,6 +43,7 @@ from typing import Any
 
 from lakewrap.compile import _Cache, compile_plan, load_project
 from lakewrap.config import load_config
+from lakewrap.contracts_graph import check_run
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
 from lakewrap.execute.executor import Result
 from lakewrap.project import Project
@@ -53,6 +54,7 @@ from lakewrap.skips import RESUMED
 from lakewrap.spec import ModelSpec, TimePartitioning
 from lakewrap.steps import RunReport, new_run_id, plan_partitions, refuse_empty, write_results
 from lakewrap.substrates.protocol import Substrate
+from lakewrap.substrates.registry import key as key_of
 from lakewrap.substrates.registry import resolve as substrate_of
 from lakewrap.workers import StepRunner, Task, make_runner
 
@@ -349,6 +351,12 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         if runner.kind in ("thread", "callable") and not lake.one_connection:
             stack.enter_context(lake.shared())
         con = lake.connect()
+        try:  # cross-model contracts, against the lake's tables as they are, before anything runs
+            check_run(prep.project, prep.selected, con, key_of(config.lake), substrate.compiler().caps.catalog,
+                      partition=opts.partition, now=prep.now)
+        except BaseException:
+            lake.close(con)
+            raise
         # what the lake already holds: committed steps of this run (resume), the same SQL (missing-only),
         # append partitions already recorded
         try:
