@@ -8,8 +8,8 @@ rest of the parse, so they are cached with the spec and a warm compile never par
 
 The result is one compact JSON text (``ModelSpec.column_reads``), read only by the check:
 
-- ``reads``: ``[name, line, column, alias_ok, [table keys]]``, one per column reference whose
-  table is known: the reference must be a column of one of those tables (``alias_ok``: or the
+- ``reads``: ``[name, offset in the body, alias_ok, [table keys]]``, one per column (the first
+  reference of it) whose table is known: the reference must be a column of one of those tables (``alias_ok``: or the
   SELECT's own output alias of that name, which DuckDB lets ``WHERE``/``GROUP BY`` use);
 - ``star``: how a ``SELECT *`` model's output expands, items ``["col", name]`` and
   ``["all", table key, [excluded names]]``, or null when the output is not a star or cannot be
@@ -28,21 +28,22 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from lakewrap.errors import Location
-from lakewrap.spec import TableRef
-from lakewrap.sqlpos import offset_location
-from lakewrap.sqltext import Statement, node_location
+from lakewrap.sqltext import Statement
 
 _SATISFIED = "satisfied"  # a derived table (CTE, subquery) that names the column itself
 
 
-def column_reads(query: exp.Expr, statement: Statement, body: str, rel: str) -> str | None:
+def column_reads(query: exp.Expr, statement: Statement) -> str | None:
     """The JSON text described in the module docs; None when sqlglot cannot scope the query."""
+    simple = _one_select(query, statement)
+    if simple is not None:
+        return simple
     try:
         scopes = traverse_scope(query)
     except Exception:  # sqlglot's scoping gave up on this shape: nothing to check, never a guess
         return None
     reads: list[list[Any]] = []
+    seen: set[tuple[str, bool, tuple[str, ...]]] = set()
     for scope in scopes:
         aliases = _aliases(scope)
         for col in scope.columns:
@@ -51,19 +52,104 @@ def column_reads(query: exp.Expr, statement: Statement, body: str, rel: str) -> 
             keys = _tables_of(scope, col)
             if not keys:
                 continue
-            loc = _where(col, statement, body, rel)
             alias_ok = not col.table and col.name.lower() in aliases
-            reads.append([col.name, loc.line or 0, loc.column or 0, alias_ok, keys])
+            once = (col.name.lower(), alias_ok, tuple(keys))
+            if once in seen:
+                continue  # the first reference of a column is the one an error points at
+            seen.add(once)
+            reads.append([col.name, _where(col, statement), alias_ok, keys])
     star = _recipe(scopes[-1]) if scopes else None
     return json.dumps({"reads": reads, "star": star}, separators=(",", ":"))
 
 
-def _where(col: exp.Column, statement: Statement, body: str, rel: str) -> Location:
-    """Where the reference starts: its first name's token (``o`` of ``o.amount``), not the call around it."""
-    starts = [n.meta["start"] for n in col.find_all(exp.Identifier) if isinstance(n.meta.get("start"), int)]
-    if not starts:
-        return node_location(col, statement, body, rel)
-    return offset_location(body, statement.meta_origin + min(starts), rel)
+# nodes that open a scope of their own (or bind names) inside a SELECT: sqlglot's scopes resolve them
+_NESTED = (exp.Select, exp.Subquery, exp.CTE, exp.Lambda, exp.Unnest, exp.Lateral, exp.Union, exp.Intersect,
+           exp.Except, exp.Columns)
+
+
+def _one_select(query: exp.Expr, statement: Statement) -> str | None:
+    """The common case without sqlglot's scopes (a third of a parse's time): one SELECT over named
+    tables, no subquery, CTE, lambda or ``COLUMNS``; None for any other query."""
+    if not isinstance(query, exp.Select):
+        return None
+    from_ = query.args.get("from_") or query.args.get("from")
+    joins = query.args.get("joins") or ()
+    sources = [from_.this] if isinstance(from_, exp.From) else []
+    sources += [j.this for j in joins]
+    tables: dict[str, str] = {}  # alias (or name) → key
+    for src in sources:
+        key = _key(src) if isinstance(src, exp.Table) and not src.args.get("joins") else None
+        if key is None:
+            return None
+        tables[src.alias_or_name.lower()] = key
+    columns: list[exp.Column] = []
+    for node in query.find_all(exp.Column, *_NESTED):
+        if node is query:
+            continue
+        if not isinstance(node, exp.Column):
+            return None
+        columns.append(node)
+    aliases = {p.alias.lower() for p in query.expressions if isinstance(p, exp.Alias)}
+    everything = list(dict.fromkeys(tables.values()))
+    reads: list[list[Any]] = []
+    seen: set[tuple[str, bool, tuple[str, ...]]] = set()
+    for col in columns:
+        if isinstance(col.this, exp.Star) or col.args.get("db") or col.args.get("catalog"):
+            continue
+        if col.table:
+            key = tables.get(col.table.lower())
+            if key is None:
+                continue  # a struct field (`s.field`)
+            keys = [key]
+        elif everything:
+            keys = everything
+        else:
+            continue
+        alias_ok = not col.table and col.name.lower() in aliases
+        once = (col.name.lower(), alias_ok, tuple(keys))
+        if once not in seen:
+            seen.add(once)
+            reads.append([col.name, _where(col, statement), alias_ok, keys])
+    return json.dumps({"reads": reads, "star": _simple_recipe(query, tables, joins)}, separators=(",", ":"))
+
+
+def _simple_recipe(query: exp.Select, tables: dict[str, str], joins: Any) -> list[list[Any]] | None:
+    items: list[list[Any]] = []
+    starred = False
+    for proj in query.expressions:
+        star = proj if isinstance(proj, exp.Star) else proj.this if isinstance(proj, exp.Column) else None
+        if isinstance(star, exp.Star):
+            if star.args.get("replace") or star.args.get("rename"):
+                return None
+            starred = True
+            excluded = [e.name.lower() for e in star.args.get("except") or ()]
+            if isinstance(proj, exp.Star):
+                keys = list(tables.values())
+            elif proj.table.lower() in tables:
+                keys = [tables[proj.table.lower()]]
+            else:
+                return None
+            items += [["all", key, excluded] for key in keys]
+        elif proj.alias_or_name and isinstance(proj, (exp.Alias, exp.Column)):
+            items.append(["col", proj.alias_or_name])
+        else:
+            items.append(["col", ""])  # an unnamed expression: a star beside it cannot be expanded
+    if not starred:
+        return None
+    if any(i == ["col", ""] for i in items) or any(j.args.get("using") or j.args.get("method") for j in joins):
+        return None
+    return items
+
+
+def _where(col: exp.Column, statement: Statement) -> int:
+    """The body offset where the reference starts: its first name's token (``o`` of ``o.amount``),
+    not the call around it (turned into a line and column only for an error)."""
+    for part in (col.args.get("table"), col.this):
+        start = part.meta.get("start") if isinstance(part, exp.Expr) else None
+        if isinstance(start, int):
+            return statement.meta_origin + start
+    starts = [n.meta["start"] for n in col.walk() if isinstance(n.meta.get("start"), int)]
+    return statement.meta_origin + min(starts) if starts else statement.start
 
 
 def _aliases(scope: Scope) -> set[str]:
@@ -76,7 +162,7 @@ def _aliases(scope: Scope) -> set[str]:
 def _key(table: exp.Table) -> str | None:
     if not isinstance(table.this, exp.Identifier) or not table.name or table.args.get("catalog"):
         return None  # a table function, or a three-part name no model writes
-    return TableRef(schema_name=table.db or "main", name=table.name).key
+    return f"{(table.db or 'main').lower()}.{table.name.lower()}"  # TableRef.key
 
 
 def _tables_of(scope: Scope, col: exp.Column) -> list[str] | None:
@@ -129,10 +215,10 @@ def _behind(source: Any, name: str) -> list[str] | str | None:
 def _recipe(scope: Scope) -> list[list[Any]] | None:
     """How the output of ``scope``'s SELECT expands, when it selects ``*`` (else None)."""
     select = scope.expression
-    if not isinstance(select, exp.Select) or select.find(exp.Columns) is not None:
+    if not isinstance(select, exp.Select):
         return None
     if not any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star))
-               for p in select.expressions):
+               for p in select.expressions) or select.find(exp.Columns) is not None:
         return None
     if any(j.args.get("using") or j.args.get("method") for j in select.args.get("joins") or ()):
         return None  # USING and NATURAL joins merge columns: leave it to DuckDB

@@ -506,11 +506,16 @@ def _check_contracts(root: Path, project: Project, selected: list[ModelSpec], ca
     since the last check passed (the digest of every file's hash and of the selection)."""
     from lakewrap.contracts_graph import check_compile
 
-    digest = None
-    if cache.path is not None:
-        parts = sorted(f"{rel}\t{e.sha}" for rel, e in cache.entries.items())
-        digest = _sha("\n".join([*parts, *(s.target.key for s in selected)]).encode())
-    check_compile(root.resolve(), project, selected, substrate, partition, now, digest)
+    check_compile(root.resolve(), project, selected, substrate, partition, now, files_digest(cache, selected))
+
+
+def files_digest(cache: _Cache | None, selected: Sequence[ModelSpec]) -> str | None:
+    """A hash of every model file's hash and of the selection (None without a cache on disk): what
+    a check over the whole project, such as the cross-model contracts, depends on."""
+    if cache is None or cache.path is None:
+        return None
+    parts = sorted(f"{rel}\t{e.sha}" for rel, e in cache.entries.items())
+    return _sha("\n".join([*parts, *(s.target.key for s in selected)]).encode())
 
 
 def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Substrate, partition: str | None,

@@ -30,12 +30,14 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from lakewrap.errors import LakewrapError, Location, ModelError, suggest
 from lakewrap.project import Project
 from lakewrap.spec import ModelSpec, TimePartitioning
+from lakewrap.sqlpos import offset_location
 
 Column = tuple[str, str | None]  # (name, DuckDB type as DuckDB spells it; None: not known)
 
@@ -64,7 +66,9 @@ class Known:
     def typed(self) -> bool:
         return self.columns is not None and all(t is not None for _, t in self.columns)
 
+    @cached_property
     def names(self) -> dict[str, str]:
+        """Lower-cased name → name."""
         return {n.lower(): n for n, _ in self.columns or ()}
 
 
@@ -179,15 +183,18 @@ class _Resolver:
     def _names_check(self, spec: ModelSpec, ups: Mapping[str, Known]) -> None:
         if not spec.column_reads:
             return
-        for name, line, column, alias_ok, keys in json.loads(spec.column_reads)["reads"]:
+        for name, offset, alias_ok, keys in json.loads(spec.column_reads)["reads"]:
+            if alias_ok:
+                continue
             tables = [ups.get(k) or self.upstream(k) for k in keys]
-            if any(t.columns is None for t in tables) or alias_ok:
+            if any(t.columns is None for t in tables):
                 continue
-            if any(name.lower() in t.names() for t in tables):
+            low = name.lower()
+            if any(low in t.names for t in tables):
                 continue
-            raise self._missing(spec, name, line, column, keys, tables)
+            raise self._missing(spec, name, offset_location(spec.sql, offset, spec.path), keys, tables)
 
-    def _missing(self, spec: ModelSpec, name: str, line: int, column: int, keys: list[str],
+    def _missing(self, spec: ModelSpec, name: str, location: Location, keys: list[str],
                  tables: list[Known]) -> ContractError:
         ups = [self._named(k) for k in keys]
         have = [n for t in tables for n, _ in t.columns or ()]
@@ -196,7 +203,7 @@ class _Resolver:
         return _error(keys,
             f"column `{name}` is not returned by {where}: this model reads it, so it would fail when run "
             "(nothing was run)",
-            location=Location(spec.path, line or None, column or None, _line(spec.sql, line)),
+            location=location,
             hint=(f"did you mean `{close}`? " if close else "")
             + f"{ups[0]} returns: {', '.join(n for n, _ in tables[0].columns or ()) or '(nothing)'}; "
             "change this model, or make the upstream return the column again",
@@ -351,13 +358,9 @@ def lake_columns(con: Any, keys: Iterable[str], catalog: str | None) -> dict[str
 
 def _columns(con: Any, schema: str, name: str, catalog: str | None) -> tuple[Column, ...]:
     """A table's columns and types, from a ``LIMIT 0`` read of it (DuckDB's own type names)."""
-    from sqlglot import exp
+    from lakewrap.execute import statements
 
-    from lakewrap.compilers import sql as q
-    from lakewrap.compilers.provenance import lake_table
-
-    sql = q.render(q.limit_zero(exp.select(exp.Star(), copy=False).from_(lake_table(schema, name, catalog),
-                                                                         copy=False)))
+    sql = statements.empty_read(schema, name, catalog)  # remembered: a warm run imports no sqlglot
     return tuple((d[0], str(d[1])) for d in con.execute(sql).description)
 
 
@@ -375,40 +378,54 @@ def needed(project: Project, selected: Sequence[ModelSpec]) -> set[str]:
 
 
 def check_run(project: Project, selected: Sequence[ModelSpec], con: Any, substrate: str, catalog: str | None,
-              *, partition: str | None, now: datetime, say: Callable[[str], None] | None = None) -> None:
+              *, partition: str | None, now: datetime, digest: str | None = None) -> None:
     """``run``'s check, before its first statement: sources and the models it does not rebuild as the
-    lake holds them now."""
+    lake holds them now. Skipped while ``digest`` (the model files' hashes) and those columns are what
+    the last passing check saw."""
     chosen = {s.target.key for s in selected}
     reads = {k for k in needed(project, selected) if k not in chosen}
     lake = lake_columns(con, reads, catalog)
-    for text in check(project, selected, lake=lake, substrate=substrate, partition=partition, now=now,
-                      rebuilt=chosen):
-        (say or _warn)(text)
+    seen = None if digest is None else f"{digest}:{json.dumps(sorted(lake.items()))}"
+    _cached(project.root, "run", substrate, seen, lambda: check(
+        project, selected, lake=lake, substrate=substrate, partition=partition, now=now, rebuilt=chosen))
 
 
 def check_compile(root: Path, project: Project, selected: Sequence[ModelSpec], substrate: str,
                   partition: str | None, now: datetime, digest: str | None) -> None:
-    """``compile``'s check (no lake: sources unknown); skipped when ``digest`` (the files' hashes) is
-    the one the last successful check recorded under ``target/cache/``, whose warnings are repeated."""
+    """``compile``'s check (no lake: sources unknown); skipped while ``digest`` (the files' hashes) is
+    the one the last passing check recorded under ``target/cache/``, whose warnings are repeated."""
+    _cached(root, "compile", substrate, digest, lambda: check(project, selected, substrate=substrate,
+                                                              partition=partition, now=now))
+
+
+def _cached(root: Path, command: str, substrate: str, digest: str | None, compute: Callable[[], list[str]]) -> None:
+    """Run ``compute`` (which raises or returns warnings) unless the last passing run of it saw
+    ``digest``; say its warnings either way."""
+    import hashlib
+
     from lakewrap.targetdir import code_key, write_atomic
 
     path = root / "target" / "cache" / "contracts.json"
-    key = f"{code_key()}:{substrate}:{digest}" if digest is not None else None
-    if key is not None:
-        try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-            if saved.get("key") == key:
-                for text in saved.get("warnings", ()):
-                    _warn(text)
-                return
-        except (OSError, ValueError, AttributeError):
-            pass
-    found = check(project, selected, substrate=substrate, partition=partition, now=now)
+    key = None
+    if digest is not None:
+        key = hashlib.sha256(f"{code_key()}:{substrate}:{digest}".encode()).hexdigest()
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8")) if key is not None else {}
+    except (OSError, ValueError):
+        saved = {}
+    mine = saved.get(command) if isinstance(saved, dict) else None
+    if isinstance(mine, dict) and mine.get("key") == key and key is not None:
+        for text in mine.get("warnings", ()):
+            _warn(text)
+        return
+    found = compute()
     for text in found:
         _warn(text)
     if key is not None:
-        with contextlib.suppress(OSError):
-            write_atomic(path, json.dumps({"key": key, "warnings": found}))
+        saved = saved if isinstance(saved, dict) else {}
+        saved[command] = {"key": key, "warnings": found}
+        with contextlib.suppress(OSError):  # a read-only project checks every time
+            write_atomic(path, json.dumps(saved))
 
 
 def _warn(text: str) -> None:

@@ -144,7 +144,7 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
                                 columns=any(isinstance(n, exp.Columns) for n in nodes))
         upstreams = table_refs(query, nodes)
         uses = [parameter_uses(query, nodes)]
-        reads = column_reads(query, statements[0], body_text, rel)
+        reads = column_reads(query, statements[0])
     else:
         output = reads = None
         refs: dict[str, TableRef] = {}

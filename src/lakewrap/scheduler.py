@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lakewrap.compile import _Cache, compile_plan, load_project
+from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
 from lakewrap.config import load_config
 from lakewrap.contracts_graph import check_run
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
@@ -353,7 +353,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         con = lake.connect()
         try:  # cross-model contracts, against the lake's tables as they are, before anything runs
             check_run(prep.project, prep.selected, con, key_of(config.lake), substrate.compiler().caps.catalog,
-                      partition=opts.partition, now=prep.now)
+                      partition=opts.partition, now=prep.now, digest=files_digest(prep.cache, prep.selected))
         except BaseException:
             lake.close(con)
             raise
