@@ -5,6 +5,7 @@ lake's snapshot list compared before and after). Real DuckLake lakes, the CLI in
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -168,3 +169,29 @@ def test_the_refusal_shown_in_the_docs_is_what_the_example_project_prints(tmp_pa
     docs = (Path(__file__).resolve().parent.parent / "docs" / "contracts.md").read_text()
     shown = docs.split("## Across models", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     assert err == shown
+
+
+READS = {  # SELECT → {(column, the tables one of which must return it)}
+    "SELECT a.id, b.x FROM s.t AS a JOIN s.u AS b ON a.id = b.id": {"id": ["s.t"], "x": ["s.u"],
+                                                                     "ID": ["s.u"]},  # b.id: the same name, other table
+    "SELECT id, amount * 2 AS amount FROM s.t WHERE amount > 0": {"id": ["s.t"], "amount": ["s.t"]},
+    "WITH base AS (SELECT * FROM s.t) SELECT base.id FROM base": {"id": ["s.t"]},
+    "WITH base AS (SELECT id AS k FROM s.t) SELECT base.k FROM base": {"id": ["s.t"]},  # k is the CTE's own
+    "SELECT list_transform(l, y -> y + 1) AS z FROM s.t": {"l": ["s.t"]},  # a lambda's name is no column
+    "SELECT t.s.f FROM s.t AS t": {},  # a struct field: not certain
+    "SELECT id FROM s.t WHERE id IN (SELECT id FROM s.u WHERE flag)": {"id": ["s.t"]},  # correlated: left out
+    "SELECT x FROM read_csv('f.csv')": {},  # a table function's columns are not known
+}
+
+
+@pytest.mark.parametrize("sql", list(READS))
+def test_column_reads_name_only_the_certain_tables(sql: str) -> None:
+    from lakewrap.column_reads import column_reads
+    from lakewrap.sqltext import parse_body
+
+    statement = parse_body(sql, "m.sql")[0]
+    got = json.loads(column_reads(statement.tree, statement) or "{}")
+    want = {(name.lower(), tuple(keys)) for name, keys in READS[sql].items()}
+    assert {(name.lower(), tuple(keys)) for name, _, _, keys in got["reads"]} == want
+    for name, offset, _, _ in got["reads"]:
+        assert sql[offset:].lower().lstrip('"').startswith(name.lower()) or sql[offset:offset + 1].isalpha()

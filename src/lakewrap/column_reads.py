@@ -35,18 +35,21 @@ _SATISFIED = "satisfied"  # a derived table (CTE, subquery) that names the colum
 
 def column_reads(query: exp.Expr, statement: Statement) -> str | None:
     """The JSON text described in the module docs; None when sqlglot cannot scope the query."""
-    simple = _one_select(query, statement)
-    if simple is not None:
-        return simple
     try:
-        scopes = traverse_scope(query)
+        return _one_select(query, statement) or _scoped(query, statement)
     except Exception:  # sqlglot's scoping gave up on this shape: nothing to check, never a guess
         return None
+
+
+def _scoped(query: exp.Expr, statement: Statement) -> str:
+    scopes = traverse_scope(query)
     reads: list[list[Any]] = []
     seen: set[tuple[str, bool, tuple[str, ...]]] = set()
     for scope in scopes:
         aliases = _aliases(scope)
         for col in scope.columns:
+            if col.find_ancestor(exp.Select) is not scope.expression:
+                continue  # a subquery's name sqlglot could not place: not certain
             if isinstance(col.this, exp.Star) or col.args.get("db") or col.args.get("catalog"):
                 continue
             keys = _tables_of(scope, col)

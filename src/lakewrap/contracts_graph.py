@@ -377,6 +377,39 @@ def needed(project: Project, selected: Sequence[ModelSpec]) -> set[str]:
     return seen
 
 
+def catalog_of(root: Path, substrate: str, compiler: Callable[[], Any]) -> str | None:
+    """The catalog the substrate's compiler names tables in (``caps.catalog``), remembered in
+    ``target/cache/contracts.json`` so that a warm run does not import the compilers (nor sqlglot)."""
+    from lakewrap.targetdir import code_key
+
+    path = root / "target" / "cache" / "contracts.json"
+    key = f"{code_key()}:{substrate}"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        known = saved["catalogs"][key]
+        if known is None or isinstance(known, str):
+            return known
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    catalog: str | None = compiler().caps.catalog
+    _save(path, lambda saved: saved.setdefault("catalogs", {}).__setitem__(key, catalog))
+    return catalog
+
+
+def _save(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``change`` to the JSON object in ``path`` and write it back (a read-only project: nothing)."""
+    from lakewrap.targetdir import write_atomic
+
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = {}
+    saved = saved if isinstance(saved, dict) else {}
+    change(saved)
+    with contextlib.suppress(OSError):
+        write_atomic(path, json.dumps(saved))
+
+
 def check_run(project: Project, selected: Sequence[ModelSpec], con: Any, substrate: str, catalog: str | None,
               *, partition: str | None, now: datetime, digest: str | None = None) -> None:
     """``run``'s check, before its first statement: sources and the models it does not rebuild as the
@@ -403,7 +436,7 @@ def _cached(root: Path, command: str, substrate: str, digest: str | None, comput
     ``digest``; say its warnings either way."""
     import hashlib
 
-    from lakewrap.targetdir import code_key, write_atomic
+    from lakewrap.targetdir import code_key
 
     path = root / "target" / "cache" / "contracts.json"
     key = None
@@ -422,10 +455,7 @@ def _cached(root: Path, command: str, substrate: str, digest: str | None, comput
     for text in found:
         _warn(text)
     if key is not None:
-        saved = saved if isinstance(saved, dict) else {}
-        saved[command] = {"key": key, "warnings": found}
-        with contextlib.suppress(OSError):  # a read-only project checks every time
-            write_atomic(path, json.dumps(saved))
+        _save(path, lambda saved: saved.__setitem__(command, {"key": key, "warnings": found}))
 
 
 def _warn(text: str) -> None:

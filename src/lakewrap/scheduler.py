@@ -43,7 +43,7 @@ from typing import Any
 
 from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
 from lakewrap.config import load_config
-from lakewrap.contracts_graph import check_run
+from lakewrap.contracts_graph import catalog_of, check_run
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
 from lakewrap.execute.executor import Result
 from lakewrap.project import Project
@@ -352,7 +352,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
             stack.enter_context(lake.shared())
         con = lake.connect()
         try:  # cross-model contracts, against the lake's tables as they are, before anything runs
-            check_run(prep.project, prep.selected, con, key_of(config.lake), substrate.compiler().caps.catalog,
+            name = key_of(config.lake)
+            check_run(prep.project, prep.selected, con, name, catalog_of(root, name, substrate.compiler),
                       partition=opts.partition, now=prep.now, digest=files_digest(prep.cache, prep.selected))
         except BaseException:
             lake.close(con)
