@@ -106,15 +106,20 @@ def test_select_star_chains_carry_the_change(tmp_path: Path) -> None:
     assert "error: models/app/c.sql:3:23: column `label` is not returned by upstream model `app.b`" in err, err
 
 
-def test_a_source_changed_outside_lakewrap_is_caught_by_run(tmp_path: Path) -> None:
-    root = tmp_path / "p"
-    write(root, {"names": "-- materialized table\nSELECT id, name AS who\nFROM raw.people\n"})
+def built_then_renamed(root: Path, models: dict[str, str]) -> list[int]:
+    """The models run on a source `raw.people (id, name)`, then `name` renamed by another client;
+    the lake's snapshot list after that."""
+    write(root, models)
     lake_sql(root, "CREATE SCHEMA raw", "CREATE TABLE raw.people AS SELECT 1 AS id, 'ann' AS name")
     code, out, err = run("run", "--project", str(root))
     assert code == 0, out + err
-
     lake_sql(root, "ALTER TABLE raw.people RENAME COLUMN name TO full_name")
-    before = snapshots(root)
+    return snapshots(root)
+
+
+def test_a_source_changed_outside_lakewrap_is_caught_by_run(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    before = built_then_renamed(root, {"names": "-- materialized table\nSELECT id, name AS who\nFROM raw.people\n"})
     code, _, err = run("compile", "--project", str(root))
     assert code == 0, err  # compile opens no lake: the source's columns are the lake's to say
     code, out, err = run("run", "--project", str(root))
@@ -128,13 +133,8 @@ def test_a_source_changed_outside_lakewrap_is_caught_by_run(tmp_path: Path) -> N
 
 def test_a_source_change_that_breaks_a_rebuilt_chain_refuses_the_whole_run(tmp_path: Path) -> None:
     root = tmp_path / "p"
-    write(root, {"people": "-- materialized table\nSELECT * FROM raw.people\n",
-                 "names": "-- materialized table\nSELECT id, name AS who\nFROM app.people\n"})
-    lake_sql(root, "CREATE SCHEMA raw", "CREATE TABLE raw.people AS SELECT 1 AS id, 'ann' AS name")
-    code, out, err = run("run", "--project", str(root))
-    assert code == 0, out + err
-    lake_sql(root, "ALTER TABLE raw.people RENAME COLUMN name TO full_name")
-    before = snapshots(root)
+    before = built_then_renamed(root, {"people": "-- materialized table\nSELECT * FROM raw.people\n",
+                                       "names": "-- materialized table\nSELECT id, name AS who\nFROM app.people\n"})
     code, out, err = run("run", "--project", str(root))
     assert code == 1, out + err
     assert ("error: models/app/names.sql:2:12: column `name` is not returned by upstream model `app.people`"
