@@ -217,6 +217,14 @@ def count_rows(schema: str | None, name: str) -> str:
     return q.render(exp.select(q.count_star()).from_(q.table(schema, name)))
 
 
+def empty_read(schema: str, name: str, catalog: str | None = None) -> str:
+    """``SELECT * FROM "schema"."name" LIMIT 0`` (three parts with ``catalog``): a table's columns, no rows."""
+    tbl = q.table(schema, name)
+    if catalog is not None:
+        tbl.set("catalog", q.ident(catalog))
+    return q.render(q.limit_zero(exp.select(exp.Star(), copy=False).from_(tbl, copy=False)))
+
+
 def table_exists() -> str:
     """Whether ``$schema.$name`` exists in the current database."""
     return q.render(exp.select(q.count_star()).from_("information_schema.tables").where(exp.and_(

@@ -33,7 +33,8 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--window-size=1400,1000")
-MODELS = {"marts.customer_history", "marts.customer_segments", "marts.revenue_by_customer", "sales.order_events", "sales.orders",
+MODELS = {"marts.customer_history", "marts.customer_segments", "marts.revenue_by_customer",
+          "sales.order_events", "sales.orders",
           "sales.orders_daily", "staging.customers"}
 
 

@@ -26,7 +26,8 @@ from lakewrap.errors import ConfigError
 from lakewrap.inspect import query
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["marts.customer_history", "marts.customer_segments", "marts.revenue_by_customer", "sales.order_events", "sales.orders",
+MODELS = ["marts.customer_history", "marts.customer_segments", "marts.revenue_by_customer",
+          "sales.order_events", "sales.orders",
           "sales.orders_daily", "staging.customers"]
 
 

@@ -27,6 +27,22 @@ from lakewrap.cli_io import F, _say, _show_table, _write, handled, logical_time,
 def main(debug: bool) -> None:
     """lakewrap: compile annotated SELECTs into the DDL/DML that maintains DuckLake and Iceberg tables."""
     _exit_without_collecting()
+    _show_warnings()
+
+
+def _show_warnings() -> None:
+    """lakewrap's own warnings (a model whose columns cannot be known) as `warning:` lines on stderr."""
+    import warnings
+
+    shown = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if category.__module__.startswith("lakewrap."):
+            _say("warning:", str(message), "yellow", stderr=True)
+        else:
+            shown(message, category, *args, **kwargs)
+
+    warnings.showwarning = show
 
 
 _exit_armed = False

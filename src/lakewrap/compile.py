@@ -493,6 +493,7 @@ def compile_project(
     with fanout.fewer_collections():
         project = load_project(root, cache, jobs=jobs, precompile=pre)
         selected = project.select(selectors, exclude)
+        _check_contracts(root, project, selected, cache, substrate, partition, now)
         if pre is None:
             _precompile_selected(selected, cache, substrate, partition, now, jobs, root)
         out: list[CompiledPlan] = []
@@ -505,6 +506,24 @@ def compile_project(
                 raise compile_error(spec, exc) from None
     cache.save()
     return out
+
+
+def _check_contracts(root: Path, project: Project, selected: list[ModelSpec], cache: _Cache, substrate: Substrate,
+                     partition: str | None, now: datetime) -> None:
+    """Cross-model contracts (:mod:`lakewrap.contracts_graph`), skipped while no model file changed
+    since the last check passed (the digest of every file's hash and of the selection)."""
+    from lakewrap.contracts_graph import check_compile
+
+    check_compile(root.resolve(), project, selected, substrate, partition, now, files_digest(cache, selected))
+
+
+def files_digest(cache: _Cache | None, selected: Sequence[ModelSpec]) -> str | None:
+    """A hash of every model file's hash and of the selection (None without a cache on disk): what
+    a check over the whole project, such as the cross-model contracts, depends on."""
+    if cache is None or cache.path is None:
+        return None
+    parts = sorted(f"{rel}\t{e.sha}" for rel, e in cache.entries.items())
+    return _sha("\n".join([*parts, *(s.target.key for s in selected)]).encode())
 
 
 def _precompile_selected(selected: list[ModelSpec], cache: _Cache, substrate: Substrate, partition: str | None,

@@ -18,6 +18,7 @@ from lakewrap import grammar
 from lakewrap.annotations.header import Header
 from lakewrap.annotations.lexer import Arg, lex_line
 from lakewrap.annotations.registry import Registry, default_registry
+from lakewrap.column_reads import column_reads
 from lakewrap.errors import AnnotationError, LakewrapError, Location, ModelError, SqlError, choices_hint, suggest
 from lakewrap.frozen import plain
 from lakewrap.spec import ModelSpec, TableRef
@@ -143,8 +144,9 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
                                 columns=any(isinstance(n, exp.Columns) for n in nodes))
         upstreams = table_refs(query, nodes)
         uses = [parameter_uses(query, nodes)]
+        reads = column_reads(query, statements[0])
     else:
-        output = None
+        output = reads = None
         refs: dict[str, TableRef] = {}
         written: dict[str, TableRef] = {}
         for st in statements:
@@ -170,6 +172,7 @@ def parse_model(path: Path, root: Path, *, text: str | None = None, registry: Re
             "body_line": body_line,
             "upstreams": upstreams,
             "output_columns": output,
+            "column_reads": reads,
             **fields,
         }))
     except ValidationError as exc:

@@ -41,8 +41,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lakewrap.compile import _Cache, compile_plan, load_project
+from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
 from lakewrap.config import load_config
+from lakewrap.contracts_graph import catalog_of, check_run
 from lakewrap.errors import Location, PlanError, ProjectError, StateError
 from lakewrap.execute.executor import Result
 from lakewrap.hooks import RunHooks
@@ -55,6 +56,7 @@ from lakewrap.skips import RESUMED
 from lakewrap.spec import ModelSpec, TimePartitioning
 from lakewrap.steps import RunReport, new_run_id, plan_partitions, refuse_empty, write_results
 from lakewrap.substrates.protocol import Substrate
+from lakewrap.substrates.registry import key as key_of
 from lakewrap.substrates.registry import resolve as substrate_of
 from lakewrap.workers import StepRunner, Task, make_runner
 
@@ -358,6 +360,13 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         if runner.kind in ("thread", "callable") and not lake.one_connection:
             stack.enter_context(lake.shared())
         con = lake.connect()
+        try:  # cross-model contracts, against the lake's tables as they are, before anything runs
+            name = key_of(config.lake)
+            check_run(prep.project, prep.selected, con, name, catalog_of(root, name, substrate.compiler),
+                      partition=opts.partition, now=prep.now, digest=files_digest(prep.cache, prep.selected))
+        except BaseException:
+            lake.close(con)
+            raise
         # what the lake already holds: committed steps of this run (resume), the same SQL (missing-only),
         # append partitions already recorded
         try:

@@ -203,6 +203,8 @@ class ModelSpec(Frozen):
     sql: str
     body_line: int
     output_columns: tuple[str, ...] | None = None
+    # what the SELECT reads of each table, by column, as compact JSON (lakewrap.column_reads)
+    column_reads: str | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
     hooks: tuple[HookSpec, ...] = ()  # in file order (lakewrap.hooks)
 

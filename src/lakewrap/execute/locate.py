@@ -35,7 +35,8 @@ from lakewrap.annotations.lexer import Annotation, Arg, lex_line
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.errors import ExecutionError, LakewrapError, Location
 
-__all__ = ["LocatedError", "Token", "caret_offset", "located", "location_dict", "map_offset", "remember", "tokens"]
+__all__ = ["LocatedError", "Token", "caret_offset", "located", "location_dict", "map_offset", "output_column",
+           "remember", "tokens"]
 
 # DuckDB's error context (QueryErrorContext::Format): "\n\nLINE <n>: [...]<text>[...]\n<spaces>^"
 _CONTEXT = re.compile(r"\n*LINE (\d+): (.*)\n( *)\^[ \t]*$")
@@ -313,6 +314,9 @@ def _output_column(source: str, path: str, name: str) -> Location | None:
     toks = tokens(source)
     found = [b for a, b in pairwise(toks) if a.norm == "as" and b.norm == name.lower()]
     return _offset_location(source, found[0].start, path) if len(found) == 1 else None
+
+
+output_column = _output_column  # the one way to find where a SELECT names an output column
 
 
 def _read(root: Path | None, path: str) -> str | None:
