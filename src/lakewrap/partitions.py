@@ -270,7 +270,13 @@ def partition_of(grain: Grain, instant: datetime, tz: str = "UTC") -> Partition:
     """The partition whose window contains the aware ``instant``."""
     if instant.tzinfo is None:
         raise ValueError("partition_of needs a timezone-aware instant")
-    local = instant.astimezone(zone(tz)).replace(tzinfo=None, fold=0)
+    try:
+        local = instant.astimezone(zone(tz)).replace(tzinfo=None, fold=0)
+    except OverflowError:  # the local time of an instant at datetime's ends can fall outside it
+        raise PlanError(
+            f"{instant.isoformat()} in {tz} is outside the supported range of instants",
+            hint="use a time between the years 0002 and 9998",
+        ) from None
     match grain:
         case Grain.HOURLY:
             wall = local.replace(minute=0, second=0, microsecond=0)
