@@ -472,6 +472,32 @@ def test_show_reads_upstream_models_as_the_lake_holds_them(built: Path, inspecto
     assert inspector.state(built) == before
 
 
+def test_show_of_a_python_model_runs_its_function_on_the_pinned_lake_and_writes_nothing(
+        built: Path, inspector: Any) -> None:
+    """The example's Python model: show runs its function (``ctx.ref`` reading the lake) and prints
+    its result; the reference computes the segments in plain DuckDB from the lake's table."""
+    before = (lake_files(built), inspector.state(built), runlog_rows(built / ".lakewrap" / "lake.ducklake"))
+    con = inspector.con
+    con.execute(f"ATTACH 'ducklake:{built / '.lakewrap' / 'lake.ducklake'}' AS chk "
+                f"(DATA_PATH '{built / '.lakewrap' / 'data'}/', READ_ONLY)")
+    try:
+        want = con.execute(
+            "WITH r AS (SELECT customer_id, revenue FROM chk.marts.revenue_by_customer), "
+            "t AS (SELECT quantile_cont(revenue, 0.8) AS top FROM r WHERE revenue > 0) "
+            "SELECT customer_id, revenue, CASE WHEN revenue = 0 THEN 'new' WHEN revenue >= top THEN 'top' "
+            "ELSE 'regular' END FROM r, t").fetchall()
+    finally:
+        con.execute("DETACH chk")
+    from lakewrap.show import show
+
+    shown = show(built, "customer_segments", limit=1000)
+    assert Counter(shown.rows) == Counter(want) and len(want) > 5 and not shown.truncated
+    assert {r[2] for r in want} >= {"top", "regular"}  # the data reach both sides of the threshold
+    assert [(c.name, c.type) for c in shown.columns] == [
+        ("customer_id", "BIGINT"), ("revenue", "DECIMAL(38,2)"), ("segment", "VARCHAR")]
+    assert (lake_files(built), inspector.state(built), runlog_rows(built / ".lakewrap" / "lake.ducklake")) == before
+
+
 def test_show_limit_caps_the_rows_and_says_there_are_more(built: Path) -> None:
     total = len(csv_rows(built, ORDERS_OF_DAY.format(day="2024-01-01")))
     doc = show_json(built, "orders", "--partition", "2024-01-01", "--limit", "2")

@@ -39,8 +39,15 @@ def lineage_cmd(column: str, direction: str, fmt: str, project: Path) -> None:
         _write(json.dumps(out, indent=2) + "\n")
         return
     _write(render_text(tree, direction))
+    # the warnings of the relations on this tree (JSON lists every relation's)
+    on_tree, todo = set(), [tree]
+    while todo:
+        step = todo.pop()
+        on_tree.add(step.name.rpartition(".")[0])
+        todo.extend(step.next)
     for key, why in sorted(graph.problems.items()):
-        _say("warning:", f"{key}: {why}", "yellow", stderr=True)
+        if key in on_tree:
+            _say("warning:", f"{key}: {why}", "yellow", stderr=True)
 
 
 @click.group("docs")

@@ -105,12 +105,33 @@ def show(root: Path, model: str, *, partition: str | None = None, limit: int = D
     con = lake.connect()
     try:
         plan = sub.plan_step(lake, con, spec, partition, now)
-        return _run(sub, lake, con, spec, plan, limit)
+        return _run(sub, lake, con, spec, plan, limit, now)
     finally:
         lake.close(con)
 
 
-def _run(sub: Any, lake: Any, con: Any, spec: ModelSpec, plan: Any, limit: int) -> Shown:
+def _session(sub: Any, lake: Any, con: Any, spec: ModelSpec, plan: Any, now: datetime) -> Any:
+    """The read session the preview runs in: the substrate's test session or, for a Python model,
+    the session its step reads in, with the function run there (``ctx.ref`` pinned as in a run)
+    and its result registered as the relation the model's SELECT reads."""
+    if "python" not in spec.extensions:
+        return sub.test_session(lake, con, spec)
+    from contextlib import contextmanager
+
+    @contextmanager
+    def session() -> Any:
+        from lakewrap.pyrun import evaluate, relation_of
+
+        with sub.python_reads(lake, con, spec) as (cursor, read, _):
+            value = plan.binding.value if plan.binding is not None else None
+            table, _logs = evaluate(spec, Path(lake.root), cursor, read, value, now)
+            cursor.register(relation_of(spec), table)
+            yield cursor
+
+    return session()
+
+
+def _run(sub: Any, lake: Any, con: Any, spec: ModelSpec, plan: Any, limit: int, now: datetime) -> Shown:
     from lakewrap.compile import _window
     from lakewrap.compilers import compiler_for
     from lakewrap.execute import sandbox
@@ -121,7 +142,7 @@ def _run(sub: Any, lake: Any, con: Any, spec: ModelSpec, plan: Any, limit: int) 
                   files=sub.file_sandbox(lake.root))
     params = {k: v.python() for k, v in statement.params.items()}
     try:
-        session = sub.test_session(lake, con, spec)
+        session = _session(sub, lake, con, spec, plan, now)
     except NotImplementedError:
         raise UnsupportedError(f"substrate `{sub.name}` gives no read session a model's SELECT can run in",
                                hint="`lakewrap show` runs in the session of Substrate.test_session, which this "
