@@ -27,11 +27,46 @@ ORDERS = ("CREATE SCHEMA raw",
           "(3, 2, 7, '2024-01-02 01:00:00+00'), (4, 3, 1, '2024-01-02 23:00:00+00')")
 
 
+TRUSTED = '[security]\nscripts = ["models"]\n'  # the project's Python model files may run (docs/security.md)
+
+
 def write(root: Path, rel: str, text: str) -> Path:
+    """Write a project file; the first Python model file also lists `models` in [security] scripts."""
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text).lstrip())
+    if rel.startswith("models/") and rel.endswith(".py") and not (root / "lakewrap.toml").exists():
+        (root / "lakewrap.toml").write_text(TRUSTED)
     return path
+
+
+def trust_models(root: Path) -> None:
+    """List `models` in [security] scripts: the project's Python model files may run."""
+    if not (root / "lakewrap.toml").exists():
+        (root / "lakewrap.toml").write_text(TRUSTED)
+
+
+def test_a_python_model_file_runs_only_from_a_folder_security_scripts_lists(tmp_path: Path) -> None:
+    """A Python model file is code that runs as the operator: outside `[security] scripts` it is
+    refused at its first line before any of its code runs (its top-level code would write a file)."""
+    (tmp_path / "lakewrap.toml").write_text('[security]\nscripts = ["hooks"]\n')
+    write(tmp_path, "models/app/m.py", """
+        import pathlib
+        pathlib.Path(__file__).with_name("ran").write_text("imported")
+        import lakewrap
+
+        @lakewrap.model(materialized="table")
+        def m(ctx):
+            return ctx.con.sql("SELECT 1 AS x")
+    """)
+    err = compile_error(tmp_path)
+    assert err.location is not None and (err.location.path, err.location.line) == ("models/app/m.py", 1)
+    assert "is a Python model, whose code runs as you" in err.message and '["hooks"]' in err.message
+    assert err.hint is not None and 'scripts = ["models/app"]' in err.hint
+    assert not (tmp_path / "models" / "app" / "ran").exists()  # refused before it was imported
+    (tmp_path / "lakewrap.toml").write_text('[security]\nscripts = ["hooks", "models/app"]\n')
+    compile_project(tmp_path, use_cache=False, now=NOW)
+    assert (tmp_path / "models" / "app" / "ran").read_text() == "imported"
 
 
 def compile_error(root: Path) -> LakewrapError:
@@ -176,6 +211,7 @@ def test_a_mixed_dag_runs_in_order_and_matches_plain_duckdb(tmp_path: Path) -> N
             """).lstrip(),
         "out/top.sql": "-- materialized table\nSELECT customer_id, sum(total) AS total FROM mid.daily GROUP BY ALL\n",
     })
+    trust_models(lh.root)
     lh.sql(*ORDERS)
     for day in ("2024-01-01", "2024-01-02"):
         report = run_project(tmp_path, partition=day, now=NOW)
@@ -206,6 +242,7 @@ def test_a_failing_function_writes_nothing(tmp_path: Path, body: str, message: s
     lh = Lakehouse(tmp_path, {"out/m.py": "import time\nimport pyarrow as pa\nimport lakewrap\n\n"
                                           "@lakewrap.model(materialized='incremental', partitioned='daily "
                                           "key=created_at', timeout=0.5)\ndef m(ctx):\n" + body + "\n"})
+    trust_models(lh.root)
     lh.sql(*ORDERS)
     before = snapshots(tmp_path)
     report = run_project(tmp_path, partition="2024-01-01", now=NOW)
@@ -232,6 +269,7 @@ def test_editing_the_function_or_a_module_it_imports_changes_its_hash(tmp_path: 
     write(tmp_path, "scale_config.py", "FACTOR = 2\n")
     write(tmp_path, "models/out/scaled.py", model)
     lh = Lakehouse(tmp_path, {})
+    trust_models(lh.root)
     lh.sql(*ORDERS)
 
     def sha() -> str:
@@ -287,6 +325,7 @@ def totals(ctx: Any) -> Any:
 
 def test_register_validates_at_once_and_runs(tmp_path: Path) -> None:
     lh = Lakehouse(tmp_path, {})
+    trust_models(lh.root)
     lh.sql(*ORDERS)
     project = lakewrap.Project(tmp_path)
     with pytest.raises(ModelError) as info:
@@ -372,7 +411,8 @@ def test_unit_tests_run_the_function_on_fixture_rows(tmp_path: Path) -> None:
     write(tmp_path, "tests/unit/big.toml", fixture.format(day="2024-01-09", amount=10))
     (result,) = run_unit_tests(tmp_path).results
     assert result.status == "error" and "models/out/big.py:7: the function raised RuntimeError" in (result.error or "")
-    assert not (tmp_path / ".lakewrap").exists() and not (tmp_path / "target").exists()  # no lake, nothing kept
+    assert not (tmp_path / ".lakewrap").exists()  # no lake; of target/ at most the compile cache
+    assert not (tmp_path / "target").exists() or {p.name for p in (tmp_path / "target").iterdir()} == {"cache"}
 
 
 def test_compiling_a_star_merge_asks_for_its_columns(tmp_path: Path) -> None:

@@ -75,6 +75,12 @@ class PyIcebergChecker(PySha, IcebergChecker):
 HOUSES = {"ducklake": (Lakehouse, PyChecker), "iceberg": (IcebergLakehouse, PyIcebergChecker)}
 
 
+def trust_models(root: Path) -> None:
+    """List `models` in [security] scripts: the project's Python model files may run (docs/security.md)."""
+    toml = root / "lakewrap.toml"
+    toml.write_text((toml.read_text() if toml.exists() else "") + '\n[security]\nscripts = ["models"]\n')
+
+
 def files(models: dict[str, str]) -> dict[str, str]:
     return {f"out/{name}.py": text.replace("{name}", name) for name, text in models.items()}
 
@@ -112,6 +118,7 @@ def test_table_delete_insert_append_merge_against_the_reference(tmp_path: Path, 
                           "'updated_at')"),
     }
     lh = house(tmp_path, files(models))
+    trust_models(lh.root)
     refs = [
         RefModel("out.totals", ("customer_id", "orders", "total"), lambda s, _w: [
             {"customer_id": c, "orders": sum(1 for r in s["raw.orders"] if r["customer_id"] == c),
@@ -162,6 +169,7 @@ def test_snapshot_against_the_reference(tmp_path: Path) -> None:
                               "    return ctx.ref('raw.customers').select(*" + repr(SCD2_CUSTOMER_COLS) + ")"),
     }
     lh = Lakehouse(tmp_path, files(models))
+    trust_models(lh.root)
     checker = PyChecker(lh, [snapshot_model(t, "raw.customers", s) for t, s in specs.items()])
     t = [at(0, h) for h in range(6)]
     c1, c2, c3 = customer(1, "A", "de", t[1]), customer(2, "B", "fr", t[1]), customer(3, "C", "us", t[1])

@@ -153,15 +153,40 @@ def python_models(root: Path, *, save: bool = True) -> list[ModelSpec]:
     """Every Python model of the project: its ``models/**/*.py`` files, then registered functions."""
     root = root.resolve()
     out: list[ModelSpec] = []
-    for path in model_files(root):
+    files = model_files(root)
+    folders = _script_folders(root) if files else ()
+    for path in files:
         rel = path.relative_to(root).as_posix()
         if not str(path.resolve()).startswith(str(root) + "/"):
             raise ProjectError(f"{rel} resolves outside the project (a symlink?)", location=Location(rel),
                                hint="keep model files inside the project folder")
+        _refuse_unlisted(rel, folders)  # before any of its code runs
         out += load_file(path, rel, root, save=save)
     for fn, keywords in REGISTERED.get(str(root), []):
         out.append(build_spec(fn, keywords, file_source(fn, root), schema="main", root=root, save=save))
     return out
+
+
+def _script_folders(root: Path) -> tuple[str, ...]:
+    from lakewrap.config import load_config
+
+    return tuple(load_config(root).security.scripts)
+
+
+def _refuse_unlisted(rel: str, folders: tuple[str, ...]) -> None:
+    """A Python model file is code that runs as whoever runs lakewrap: like a model's hooks, it
+    is run only from a folder ``[security] scripts`` lists (docs/security.md, "Scripts")."""
+    from lakewrap.config_hooks import allowed
+
+    if allowed(rel, folders):
+        return
+    folder = rel.rpartition("/")[0]
+    listed = ", ".join(f'"{f}"' for f in folders)
+    raise ModelError(f"`{rel}` is a Python model, whose code runs as you, and `{folder}` is not a folder whose "
+                     "scripts models may run" + (f" ([security] scripts = [{listed}])" if folders else ""),
+                     location=Location(rel, 1),
+                     hint=f"add `scripts = [\"{folder}\"]` to [security] in lakewrap.toml once you trust whoever "
+                     "may write there as you trust lakewrap.toml (docs/security.md, \"Scripts\")")
 
 
 def function_of(spec: ModelSpec, root: Path) -> Callable[..., Any]:
