@@ -598,7 +598,7 @@ def iceberg_state(root: Path) -> dict[str, list[int]]:
 
 def test_show_on_iceberg_reads_pinned_views_and_writes_nothing(tmp_path: Path) -> None:
     root = copy_shop(tmp_path / "shop")
-    (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n')
+    (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n\n[security]\nscripts = ["models/marts"]\n')
     view = root / "models" / "staging" / "customers.sql"
     view.write_text(view.read_text().replace("-- materialized view", "-- materialized table"))
     ok("seed", "--project", str(root))

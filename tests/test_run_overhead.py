@@ -43,7 +43,8 @@ def test_a_warm_run_imports_neither_sqlglot_nor_rich_nor_pydantic(tmp_path: Path
     """The second run takes its specs, statements and config from the cache and prints plain text into a
     pipe; on a DuckDB-file catalog it has no use for Python's sqlite3 either."""
     root = shop_copy(tmp_path)
-    (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "ducklake"\n')  # the embedded default, spelled out
+    (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "ducklake"\n'  # the embedded default, spelled out
+                                        '\n[security]\nscripts = ["models/marts"]\n')  # its Python model may run
     seed_project(root)
     code = (
         "import atexit, gc, sys\n"

@@ -216,10 +216,10 @@ def layout(models: list[tuple[str, list[str]]], sources: list[str]) -> dict[str,
     """A layered drawing of the DAG: sources in layer 0, each model one layer past its deepest
     upstream; within a layer nodes are ordered by the mean position of their upstreams (two sweeps).
     Returns nodes with ``x``, ``y`` and edges ``[from, to]``."""
-    layer: dict[str, int] = {s: 0 for s in sources}
+    from lakewrap.graph import layers as layers_of
+
+    layer = layers_of(models, sources)  # models come upstream first
     ups = dict(models)
-    for key, upstream in models:  # models come upstream first
-        layer[key] = 1 + max((layer.get(u, 0) for u in upstream), default=-1)
     layers: dict[int, list[str]] = {}
     for key in layer:
         layers.setdefault(layer[key], []).append(key)

@@ -9,7 +9,7 @@ a lake.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,11 +52,20 @@ def graph(root: Path, selectors: Sequence[str] = (), exclude: Sequence[str] = ()
             if key not in chosen and key in inputs:
                 chosen[key] = inputs[key]
     edges = sorted({(key, m.key) for m in listed.models for key in m.reads if key in chosen})
-    layer: dict[str, int] = {}
-    for model in listed.models:  # in dependency order: what a model reads has its layer already
-        layer[model.key] = 1 + max((layer.get(k, 0) for k in model.reads if k in chosen), default=-1)
-    nodes = sorted(((layer.get(k, 0), n) for k, n in chosen.items()), key=lambda p: (p[0], p[1].key))
+    drawn = {m.key for m in listed.models}
+    layer = layers([(m.key, m.reads) for m in listed.models], [k for k in chosen if k not in drawn])
+    nodes = sorted(((layer[k], n) for k, n in chosen.items()), key=lambda p: (p[0], p[1].key))
     return Graph(nodes, edges)
+
+
+def layers(models: Sequence[tuple[str, Iterable[str]]], inputs: Iterable[str]) -> dict[str, int]:
+    """The layer of every node: ``inputs`` (seeds, sources) 0; each model, given in dependency
+    order with what it reads, one more than the highest layer of what it reads among the nodes
+    (0 when it reads none of them). The one rule of ``lakewrap graph`` and the docs site."""
+    layer = dict.fromkeys(inputs, 0)
+    for key, reads in models:  # what a model reads has its layer already
+        layer[key] = 1 + max((layer[k] for k in reads if k in layer), default=-1)
+    return layer
 
 
 def text(g: Graph) -> str:
