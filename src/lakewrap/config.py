@@ -370,14 +370,15 @@ def check_project_path(root: Path) -> None:
                           hint="move or rename the folder to a path without * ? [ \\ or control characters")
 
 
-def load_config(root: Path, env: str | None = None) -> ProjectConfig:
+def load_config(root: Path, env: str | None = None, *, save: bool = True) -> ProjectConfig:
     """Read ``<root>/lakewrap.toml`` (absent: the embedded default), as environment ``env`` (default:
     ``LAKEWRAP_ENV``; none: the file's own ``[lake]`` and ``[run]``; :mod:`lakewrap.config_env`).
 
     The validated config is kept in ``target/cache/config.json`` under the file's sha256 and the
     code key of the compile cache, so a run whose ``lakewrap.toml`` did not change neither parses
     nor validates it again (validating imports pydantic, ~70 ms). Every environment is validated
-    when the file is, so a typo in any of them is reported whichever is chosen.
+    when the file is, so a typo in any of them is reported whichever is chosen. ``save=False``
+    writes no cache (a command that keeps nothing under ``target/``, such as ``lakewrap unit``).
     """
     from lakewrap.config_env import chosen, unknown
 
@@ -397,7 +398,8 @@ def load_config(root: Path, env: str | None = None) -> ProjectConfig:
     configs = _LOADED.get(memo) or _cached(root, digest)
     if configs is None:
         configs = _validate(raw)
-        _save(root, digest, configs)
+        if save:
+            _save(root, digest, configs)
     _LOADED[memo] = configs
     if name is None:
         return configs[""]

@@ -154,7 +154,7 @@ def python_models(root: Path, *, save: bool = True) -> list[ModelSpec]:
     root = root.resolve()
     out: list[ModelSpec] = []
     files = model_files(root)
-    folders = _script_folders(root) if files else ()
+    folders = _script_folders(root, save=save) if files else ()
     for path in files:
         rel = path.relative_to(root).as_posix()
         if not str(path.resolve()).startswith(str(root) + "/"):
@@ -167,10 +167,10 @@ def python_models(root: Path, *, save: bool = True) -> list[ModelSpec]:
     return out
 
 
-def _script_folders(root: Path) -> tuple[str, ...]:
+def _script_folders(root: Path, *, save: bool) -> tuple[str, ...]:
     from lakewrap.config import load_config
 
-    return tuple(load_config(root).security.scripts)
+    return tuple(load_config(root, save=save).security.scripts)
 
 
 def _refuse_unlisted(rel: str, folders: tuple[str, ...]) -> None:
