@@ -222,6 +222,24 @@ def test_a_step_reported_failed_after_its_commit_landed_is_recorded_from_the_lak
     check_ducklake(root, report.to_dict())
 
 
+def test_a_snapshot_read_interrupted_after_its_commit_is_read_by_the_coordinator(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal right after the COMMIT returned interrupts the step's read of its snapshot id (the
+    CI failure of stop 29): the coordinator reads it from the commit message, so the run log still
+    names the snapshot that holds the step's data."""
+    from lakewrap.substrates.ducklake.materialize import Executor
+
+    def interrupted(*_: Any) -> int:
+        raise RuntimeError("INTERRUPT Error: Interrupted!")
+
+    monkeypatch.setattr(Executor, "committed_snapshot", interrupted)
+    root = write(tmp_path / "p", {"main/daily.sql": DAILY})
+    report = run_project(root, start=DAYS[0], end=DAYS[1])
+    assert report.status == "success" and all(r.snapshot_id is not None for r in report.results)
+    assert not any("snapshot id" in w for r in report.results for w in r.warnings)
+    check_ducklake(root, report.to_dict())
+
+
 # --- Iceberg -------------------------------------------------------------------------------------
 
 

@@ -24,6 +24,24 @@ def needs_lookup(result: Result) -> bool:
     return result.status in ("failed", "cancelled") and bool(result.attempts)
 
 
+SNAPSHOT_UNREAD = "committed, but its snapshot id could not be read"
+
+
+def snapshot_unread(result: Result) -> bool:
+    """Whether a step committed and its snapshot id went unread (a signal interrupted the read
+    right after the COMMIT): the coordinator reads it from the commit message instead."""
+    return result.status in ("success", "unchanged") and result.snapshot_id is None and any(
+        w.startswith(SNAPSHOT_UNREAD) for w in result.warnings)
+
+
+def snapshot_read(result: Result, snapshot: Any) -> Result:
+    """``result`` with the snapshot the coordinator found; the warning about it is dropped."""
+    if snapshot is not None:
+        result.snapshot_id = int(snapshot)
+        result.warnings = [w for w in result.warnings if not w.startswith(SNAPSHOT_UNREAD)]
+    return result
+
+
 def unanswered(result: Result, exc: Exception, redact: Callable[[str], str]) -> Result:
     """A look-up that failed leaves the result as reported, with a warning saying so."""
     text = str(exc).strip()

@@ -30,6 +30,7 @@ from lakewrap.execute.executor import Job, Materializer, Result, Tally, emptied
 from lakewrap.execute.lake import Lake
 from lakewrap.execute.log import StatementLog
 from lakewrap.execute.retry import is_retryable
+from lakewrap.outcome import SNAPSHOT_UNREAD
 
 
 @dataclass
@@ -168,7 +169,7 @@ class Executor(Materializer):
         try:
             result.snapshot_id = self.committed_snapshot(con, log, pin, commit_id)
         except Exception as exc:
-            result.warnings.append(f"committed, but its snapshot id could not be read: {str(exc).strip()}")
+            result.warnings.append(f"{SNAPSHOT_UNREAD}: {str(exc).strip()}")  # the coordinator reads it
 
     def commit_outcome(self, con: Any, log: StatementLog, pin: int, commit_id: str, exc: Exception) -> int:
         """The snapshot of a COMMIT that raised ``exc`` but landed; re-raises ``exc`` when it did not.

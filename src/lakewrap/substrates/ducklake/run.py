@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.execute import statements as stmts
-from lakewrap.outcome import landed, needs_lookup, unanswered
+from lakewrap.outcome import landed, needs_lookup, snapshot_read, snapshot_unread, unanswered
 from lakewrap.seedfiles import SqlSeeder
 from lakewrap.skips import appended
 from lakewrap.spec import DynamicPartitioning
@@ -86,7 +86,8 @@ def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result
     ``con`` is the coordinator's connection (None: one is opened for the look-up and closed again,
     as a SQLite catalog needs).
     """
-    if not needs_lookup(result):
+    unread = snapshot_unread(result)
+    if not needs_lookup(result) and not unread:
         return result
     params = {"run_id": run_id, "target": result.target, "partition": result.partition}
     own = con is None
@@ -99,12 +100,14 @@ def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result
                         cursor.execute(stmts.use(lake.alias))
                 row = cursor.execute(stmts.step_materialization(), params).fetchone()
                 snapshot = (cursor.execute(stmts.step_snapshot(lake.alias), params).fetchone()
-                            if row is not None else None)
+                            if row is not None or unread else None)
         finally:
             if own:
                 lake.close(cursor)
     except Exception as exc:
         return unanswered(result, exc, lake.redact)
+    if unread:
+        return snapshot_read(result, snapshot[0] if snapshot is not None else None)
     if row is None:
         return result
     return landed(result, row[:3], snapshot[0] if snapshot is not None else None, row[3])
