@@ -96,27 +96,19 @@ def table_ref(ann: Annotation, arg: Arg) -> TableRef:
     return TableRef(schema_name=table.db or "main", name=table.name)
 
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+def duration_seconds(ann: Annotation, arg: Arg, *, what: str = "a freshness duration", zero: bool = False) -> int:
+    """Parse ``1d``, ``6h``, ``2h30m``, ``90s`` into seconds (:mod:`lakewrap.durations`)."""
+    from lakewrap.durations import HINT, parse_duration
 
-
-def duration_seconds(ann: Annotation, arg: Arg) -> int:
-    """Parse ``1d``, ``6h``, ``2h30m``, ``90s`` into seconds."""
-    m = _DURATION.match(arg.value)
-    if m is None or not arg.value or not any(m.groups()):
+    try:
+        return parse_duration(arg.value, zero=zero)
+    except ValueError as exc:
+        positive = "positive" in str(exc)
         raise ann.error(
-            f"`{arg.value}` is not a duration",
+            f"{what} must be positive" if positive else f"`{arg.value}` is not a duration",
             column=arg.column,
-            hint="write a duration such as `30m`, `6h`, `1d` or `1d12h`",
-        )
-    d, h, mi, s = (int(g) if g else 0 for g in m.groups())
-    total = ((d * 24 + h) * 60 + mi) * 60 + s
-    if total <= 0:
-        raise ann.error(
-            "a freshness duration must be positive",
-            column=arg.column,
-            hint="write a duration such as `30m`, `6h`, `1d` or `1d12h`; remove the line to never warn",
-        )
-    return total
+            hint=HINT + ("; remove the line to never warn" if positive and what == "a freshness duration" else ""),
+        ) from None
 
 
 def integer(ann: Annotation, arg: Arg, low: int, high: int, what: str) -> int:
@@ -407,11 +399,66 @@ def register_core(reg: Registry) -> None:
         (arg,) = positional(ann, 1, 1, "retry N")
         h.retry = integer(ann, arg, 0, 100, "retry")
 
-    @reg.keyword("freshness", usage="freshness <duration>", summary="warn when older than this (e.g. 6h)")
+    fresh_usage = "freshness warn_after=<duration> error_after=<duration>"
+
+    @reg.keyword("freshness", usage=fresh_usage,
+                 summary="warn/error when the last materialization is older (e.g. warn_after=1h error_after=6h)")
     def freshness(ann: Annotation, h: Header) -> None:
-        options(ann, (), "freshness <duration>")
-        (arg,) = positional(ann, 1, 1, "freshness <duration>")
-        h.freshness_seconds = duration_seconds(ann, arg)
+        from lakewrap.spec import Freshness
+
+        opts = options(ann, ("warn_after", "error_after"), fresh_usage)
+        args = positional(ann, 0, 1, fresh_usage)
+        if args and opts:
+            raise ann.error("give one duration or warn_after=/error_after=, not both", column=args[0].column,
+                            hint=f"write `-- {fresh_usage}` (`-- freshness 6h` is short for error_after=6h)")
+        if not args and not opts:
+            raise ann.error("missing warn_after= or error_after=", column=ann.end_column,
+                            hint=f"write `-- {fresh_usage}`")
+        if args:  # the one-duration form of earlier versions: the error threshold
+            h.freshness = Freshness(error_after=duration_seconds(ann, args[0]))
+            return
+        warn = duration_seconds(ann, opts["warn_after"]) if "warn_after" in opts else None
+        error = duration_seconds(ann, opts["error_after"]) if "error_after" in opts else None
+        if warn is not None and error is not None and warn >= error:
+            raise ann.error("warn_after must be shorter than error_after", column=opts["warn_after"].column,
+                            hint="a table is first late (warn), then too late (error): e.g. "
+                            "`-- freshness warn_after=1h error_after=6h`")
+        h.freshness = Freshness(warn_after=warn, error_after=error)
+
+    sched_usage = 'schedule "<cron>" [tz=<IANA zone>]'
+
+    @reg.keyword("schedule", usage=sched_usage, summary="enqueue a run at each due time of a cron expression")
+    def schedule(ann: Annotation, h: Header) -> None:
+        from lakewrap.schedules import cron_problem
+        from lakewrap.spec import ScheduleSpec
+
+        (arg,) = positional(ann, 1, 1, sched_usage)
+        opts = options(ann, ("tz",), sched_usage)
+        problem = cron_problem(arg.value)
+        if problem is not None:
+            raise ann.error(f"`{arg.value}` is not a cron expression: {problem}", column=arg.column,
+                            hint='write five fields in quotes, minute hour day month weekday: e.g. '
+                            '`-- schedule "15 * * * *"` (hourly at :15) or `"0 6 * * 1-5"`')
+        tz = "UTC"
+        if "tz" in opts:
+            try:
+                zone(opts["tz"].value)
+            except PlanError as exc:
+                raise ann.error(exc.message, column=opts["tz"].column, hint=exc.hint) from None
+            tz = opts["tz"].value
+        h.schedule = ScheduleSpec(cron=arg.value, tz=tz, line=ann.line)
+
+    trig_usage = "trigger upstream [debounce=<duration>]"
+
+    @reg.keyword("trigger", usage=trig_usage, summary="enqueue the partitions whose upstream rows changed")
+    def trigger(ann: Annotation, h: Header) -> None:
+        from lakewrap.spec import TriggerSpec
+
+        (arg,) = positional(ann, 1, 1, trig_usage)
+        choice(ann, arg, ("upstream",), "trigger")
+        opts = options(ann, ("debounce",), trig_usage)
+        debounce = duration_seconds(ann, opts["debounce"], what="debounce", zero=True) if "debounce" in opts else 0
+        h.trigger = TriggerSpec(debounce=debounce, line=ann.line)
 
     @reg.keyword("description", usage='description "text"', summary="documentation for the model")
     def description(ann: Annotation, h: Header) -> None:

@@ -20,6 +20,7 @@ ask it for a role and never branch on the substrate's name:
 - change feed (:meth:`Substrate.feed`, and :meth:`Substrate.stale` over it): ``run --stale`` and
   the stale column of ``status``; the rules are shared (:func:`lakewrap.stale.find_stale`), the
   feed answers what the lake recorded and what changed since;
+- freshness (:meth:`Substrate.changed_at`): when a table's rows last changed (``lakewrap freshness``);
 - maintainer (:meth:`Substrate.maintainer`): ``lakewrap maintain`` (compaction, snapshot expiry
   sparing run records, old and orphan files), or a refusal with a hint.
 - reads (:meth:`Substrate.query`): one read-only statement for ``lakewrap query``, optionally as of
@@ -357,6 +358,15 @@ class Substrate:
             return find_stale(self.feed(lake, con), project, selected)
         finally:
             lake.close(con)
+
+    def changed_at(self, root: Path, table: str) -> datetime | None:
+        """When the last commit that changed the rows of ``table`` (``schema.name``) of the lake at
+        ``root`` was made (aware, UTC); None: the table does not exist or never held rows.
+        ``lakewrap freshness`` reads it for a ``[sources]`` table without ``loaded_at``."""
+        from lakewrap.errors import UnsupportedError
+
+        raise UnsupportedError(f"substrate `{self.name}` cannot tell when `{table}` last changed",
+                               hint=f'set loaded_at = "<column>" in [sources."{table}"] of lakewrap.toml')
 
     # -- maintainer ------------------------------------------------------------------------------
     def maintainer(self, root: Path, config: ProjectConfig) -> Maintainer:

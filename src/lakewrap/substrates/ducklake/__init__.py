@@ -161,6 +161,16 @@ class DuckLake(Substrate):
 
         return feed(lake, con)
 
+    def changed_at(self, root: Path, table: str) -> datetime | None:
+        from lakewrap.substrates.ducklake.freshness import changed_at
+
+        lake = self.open(root, read_only=True)
+        con = lake.connect()
+        try:
+            return changed_at(con, lake.alias, table)
+        finally:
+            lake.close(con)
+
     def maintainer(self, root: Path, config: ProjectConfig) -> DuckLakeMaintainer:
         from lakewrap.substrates.ducklake.maintain import DuckLakeMaintainer
 
