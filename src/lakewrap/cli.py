@@ -508,5 +508,9 @@ from lakewrap.cli_docs import register as register_docs  # noqa: E402  (lineage,
 
 register_docs(main)
 
+from lakewrap.cli_queue import register as register_queue  # noqa: E402  (enqueue, worker, jobs)
+
+register_queue(main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

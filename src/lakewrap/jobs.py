@@ -140,6 +140,11 @@ class JobQueue:
         row = self.store.get(int(job_id))
         return Job.from_row(row) if row else None
 
+    def by_key(self, dedupe_key: str) -> Job | None:
+        """The job queued with ``dedupe_key`` (None: none)."""
+        row = self.store.get_by_key(dedupe_key)
+        return Job.from_row(row) if row else None
+
     def list(self, *, status: str | None = None, limit: int = 50) -> builtins.list[Job]:
         """The newest ``limit`` jobs (of ``status``), newest first."""
         if status is not None and status not in STATUSES:

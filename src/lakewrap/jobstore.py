@@ -60,6 +60,9 @@ class JobStore:
     def get(self, job_id: int) -> dict[str, Any] | None:
         raise NotImplementedError
 
+    def get_by_key(self, dedupe_key: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
     def list(self, status: str | None, limit: int) -> builtins.list[dict[str, Any]]:
         raise NotImplementedError
 
@@ -130,6 +133,10 @@ class SQLiteJobs(JobStore):
     def get(self, job_id: int) -> dict[str, Any] | None:
         with self.lock:
             return self._one(q.SQ_GET, {"id": job_id})
+
+    def get_by_key(self, dedupe_key: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self._one(q.SQ_BY_KEY, {"dedupe_key": dedupe_key})
 
     def list(self, status: str | None, limit: int) -> builtins.list[dict[str, Any]]:
         with self.lock:
@@ -233,6 +240,9 @@ class PostgresJobs(JobStore):
 
     def get(self, job_id: int) -> dict[str, Any] | None:
         return self._one(q.PG_GET, {"id": job_id})
+
+    def get_by_key(self, dedupe_key: str) -> dict[str, Any] | None:
+        return self._one(q.PG_BY_KEY, {"dedupe_key": dedupe_key})
 
     def list(self, status: str | None, limit: int) -> builtins.list[dict[str, Any]]:
         return self._all(q.PG_LIST_STATUS if status else q.PG_LIST, {"status": status, "limit": limit})
