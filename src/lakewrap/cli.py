@@ -513,5 +513,9 @@ from lakewrap.cli_freshness import register as register_freshness  # noqa: E402 
 
 register_freshness(main)
 
+from lakewrap.cli_queue import register as register_queue  # noqa: E402  (enqueue, worker, jobs)
+
+register_queue(main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

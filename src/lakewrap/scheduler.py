@@ -61,6 +61,7 @@ from lakewrap.substrates.registry import resolve as substrate_of
 from lakewrap.workers import StepRunner, Task, make_runner
 
 Progress = Callable[[str, Any], None]  # ("start", total) / ("step", result) / ("end", report)
+Control = Callable[[Callable[[], None]], None]  # handed the run's cancel function (execute)
 
 
 @dataclass
@@ -346,8 +347,13 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
     return Prepared(root, run_id, now, opts, project, cache, selected, steps, workers)
 
 
-def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[str, Any] | None = None) -> RunReport:
-    """Run prepared steps; never raises for model or data errors (they are in the report)."""
+def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[str, Any] | None = None,
+            control: Control | None = None) -> RunReport:
+    """Run prepared steps; never raises for model or data errors (they are in the report).
+
+    ``control`` is handed the run's cancel function once the run has started (what SIGINT/SIGTERM
+    call in the main thread): a caller running the run in another thread, such as a queue worker
+    (:mod:`lakewrap.jobworker`), stops it with that."""
     root, opts = prep.root, prep.opts
     config = load_config(root)
     substrate = substrate_of(config.lake)
@@ -399,6 +405,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
                               lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result),
                               per_target=runner.workers if lake.parallel_writers else 1)
+        if control is not None:
+            control(scheduler.cancel)
         if progress:
             progress("start", len(todo))
         restore = _on_signals(scheduler.cancel)
@@ -446,13 +454,15 @@ def skip_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any, resumin
          full_refresh=prep.opts.full_refresh, sha_of=sha_of)
 
 
-def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None) -> RunReport:
+def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None,
+        control: Control | None = None) -> RunReport:
     """Plan and run ``opts`` on the project at ``root`` (``lakewrap run`` / ``backfill``)."""
-    return execute(prepare(root, opts, run_id), progress=progress)
+    return execute(prepare(root, opts, run_id), progress=progress, control=control)
 
 
 def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any = "auto",
-           scheduler: str | None = None, progress: Progress | None = None) -> RunReport:
+           scheduler: str | None = None, progress: Progress | None = None,
+           control: Control | None = None) -> RunReport:
     """Re-run a failed, cancelled or killed run: the steps it has not committed, same arguments."""
     from lakewrap.project import require_project
 
@@ -481,4 +491,4 @@ def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any
     opts.workers, opts.executor, opts.scheduler = workers, executor, scheduler
     opts.missing_only = False
     prep = prepare(root, opts, run_id)
-    return execute(prep, progress=progress, resume=row)
+    return execute(prep, progress=progress, resume=row, control=control)

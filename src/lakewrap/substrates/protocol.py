@@ -38,6 +38,7 @@ ask it for a role and never branch on the substrate's name:
   re-runs skip by (:mod:`lakewrap.skips`);
 - seeding (:meth:`Substrate.seeder`): ``lakewrap seed``'s plans and commits;
 - run-log store (:meth:`Substrate.runlog`): where the run log's four tables live (:mod:`lakewrap.runlog`);
+- job store (:meth:`Substrate.job_store`): where the job queue's table lives (:mod:`lakewrap.jobs`);
 - state store (:meth:`Substrate.materializations`): the recorded materializations of a table;
 
 Importing this module (and the registry) loads neither duckdb nor pyarrow nor pyiceberg:
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from lakewrap.config import LakeConfig, ProjectConfig
     from lakewrap.execute.executor import Result
     from lakewrap.execute.retry import RetryPolicy
+    from lakewrap.jobstore import JobStore
     from lakewrap.maintain import MaintainReport
     from lakewrap.plan import Plan
     from lakewrap.project import Project
@@ -291,6 +293,16 @@ class Substrate:
     def runlog(self, lake: Any, con: Any) -> Store:
         """The run log's store; ``con`` is the coordinator's connection (a store may write through it)."""
         raise NotImplementedError
+
+    def job_store(self, root: Path, config: ProjectConfig) -> JobStore:
+        """Where the job queue's table lives (:mod:`lakewrap.jobs`, docs/queue.md); opened without
+        opening the lake, so a process that does not own the catalog can enqueue. By default a
+        SQLite file ``.lakewrap/jobs.sqlite`` drained by one worker at a time."""
+        from lakewrap.config import DEFAULT_DIR
+        from lakewrap.jobstore import SQLiteJobs
+
+        return SQLiteJobs(root / DEFAULT_DIR / "jobs.sqlite", exclusive=True,
+                          where=f"the job file {DEFAULT_DIR}/jobs.sqlite of a `{self.name}` lake")
 
     # -- records ---------------------------------------------------------------------------------
     def materializations(self, lake: Any, target: str) -> list[Materialization]:
