@@ -69,6 +69,8 @@ class Worker:
     def serve(self) -> int:
         """Claim and run jobs until stopped (or, ``once``, until nothing is queued)."""
         with open_queue(self.root) as queue, queue.store.worker_slot():
+            with queue.store.setup_lock():
+                open_lake(self.root)
             restore = _on_stop(self.request_stop)
             try:
                 self.say(f"worker {self.name} on {queue.where}")
@@ -182,6 +184,16 @@ def run_one(root: Path, job: Job, control: Callable[[Callable[[], None]], None])
         # a run job handed back before its run reached the run log: run it afresh, under the same id
     opts = scheduler.RunOptions(selectors=job.selection, partition=job.partition, start=job.start, end=job.end)
     return _outcome(root, scheduler.run(root, opts, run_id=run_id, control=control))
+
+
+def open_lake(root: Path) -> None:
+    """Connect to the lake once (creating it when it is new), then close it again."""
+    from lakewrap.config import load_config
+    from lakewrap.substrates.registry import resolve
+
+    config = load_config(root)
+    lake = resolve(config.lake).open(root, config=config)
+    lake.close(lake.connect())
 
 
 def recorded_status(root: Path, run_id: str) -> str | None:
