@@ -517,5 +517,9 @@ from lakewrap.cli_queue import register as register_queue  # noqa: E402  (enqueu
 
 register_queue(main)
 
+from lakewrap.cli_schedule import register as register_schedule  # noqa: E402  (scheduler)
+
+register_schedule(main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

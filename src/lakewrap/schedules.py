@@ -101,3 +101,37 @@ def decide(due: Sequence[datetime], policy: CatchUp, now: datetime, cursor: date
 def iso(t: datetime) -> str:
     """A due time as it appears in job keys: UTC, seconds, ``Z`` (``2024-01-02T06:00:00Z``)."""
     return t.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def previous_due(cron: str, tz: str, upto: datetime, count: int) -> list[datetime]:
+    """The ``count`` latest due times ``<= upto``, newest first, in UTC."""
+    from zoneinfo import ZoneInfo
+
+    from croniter import croniter  # type: ignore[import-untyped]
+
+    it = croniter(cron.strip(), (upto + timedelta(microseconds=1)).astimezone(ZoneInfo(tz)))
+    out: list[datetime] = []
+    while len(out) < count:
+        prev: datetime = it.get_prev(datetime)
+        utc = prev.astimezone(timezone.utc)
+        if utc > upto:
+            continue
+        if out and utc >= out[-1]:  # a DST fold walked back to the same or a later instant
+            continue
+        out.append(utc)
+    return out
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One schedule, from ``[schedules.<name>]`` or a model's ``-- schedule`` line (named by its target)."""
+
+    name: str
+    cron: str
+    tz: str
+    select: tuple[str, ...]
+    partition: str  # "latest" | "none" | a value
+    catch_up: CatchUp
+    grace: timedelta
+    where: str  # "lakewrap.toml" or the model file, for messages
+

@@ -199,6 +199,7 @@ class ScheduleSpec(Frozen):
 
     cron: str
     tz: str = "UTC"
+    catch_up: Literal["all", "latest", "skip"] = "latest"
     line: int
 
 

@@ -425,7 +425,7 @@ def register_core(reg: Registry) -> None:
                             "`-- freshness warn_after=1h error_after=6h`")
         h.freshness = Freshness(warn_after=warn, error_after=error)
 
-    sched_usage = 'schedule "<cron>" [tz=<IANA zone>]'
+    sched_usage = 'schedule "<cron>" [tz=<IANA zone>] [catch_up=latest|all|skip]'
 
     @reg.keyword("schedule", usage=sched_usage, summary="enqueue a run at each due time of a cron expression")
     def schedule(ann: Annotation, h: Header) -> None:
@@ -433,7 +433,7 @@ def register_core(reg: Registry) -> None:
         from lakewrap.spec import ScheduleSpec
 
         (arg,) = positional(ann, 1, 1, sched_usage)
-        opts = options(ann, ("tz",), sched_usage)
+        opts = options(ann, ("tz", "catch_up"), sched_usage)
         problem = cron_problem(arg.value)
         if problem is not None:
             raise ann.error(f"`{arg.value}` is not a cron expression: {problem}", column=arg.column,
@@ -446,7 +446,10 @@ def register_core(reg: Registry) -> None:
             except PlanError as exc:
                 raise ann.error(exc.message, column=opts["tz"].column, hint=exc.hint) from None
             tz = opts["tz"].value
-        h.schedule = ScheduleSpec(cron=arg.value, tz=tz, line=ann.line)
+        how = "latest"
+        if "catch_up" in opts:
+            how = choice(ann, opts["catch_up"], ("latest", "all", "skip"), "catch-up policy")
+        h.schedule = ScheduleSpec.validate({"cron": arg.value, "tz": tz, "catch_up": how, "line": ann.line})
 
     trig_usage = "trigger upstream [debounce=<duration>]"
 
