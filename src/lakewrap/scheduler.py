@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lakewrap import tracing
 from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
 from lakewrap.config import load_config
 from lakewrap.contracts_graph import catalog_of, check_run
@@ -205,6 +206,7 @@ class Scheduler:
             self.order.setdefault(s.task.target, []).append(s.index)
         self.cursor = dict.fromkeys(self.order, 0)  # per target: its first step that may be pending
         self.busy: dict[str, int] = dict.fromkeys(self.order, 0)  # per target: its steps in flight
+        self.on_finish: Callable[[Result], None] | None = None  # each result as it is recorded (lakewrap.tracing)
 
     def cancel(self) -> None:
         """Stop scheduling and interrupt in-flight steps (safe from a signal handler)."""
@@ -217,6 +219,8 @@ class Scheduler:
         self.results[step.index] = result
         self.report.results.append(result)
         self.log.step(result)
+        if self.on_finish is not None:
+            self.on_finish(result)
         if self.progress:
             self.progress("step", result)
 
@@ -407,6 +411,9 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                               per_target=runner.workers if lake.parallel_writers else 1)
         if control is not None:
             control(scheduler.cancel)
+        trace = tracing.start(config, prep.run_id, opts.command)  # None unless tracing is enabled
+        if trace is not None:
+            scheduler.on_finish = trace.step
         if progress:
             progress("start", len(todo))
         restore = _on_signals(scheduler.cancel)
@@ -429,6 +436,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 run_hooks.end(report, status)
                 log.finish(status, report.results, resumable=report.resumable)
                 report.run_log_errors = log.errors
+                if trace is not None:
+                    trace.finish(report)
         finally:
             restore()
     if prep.cache is not None:
