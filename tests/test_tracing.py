@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -80,9 +80,9 @@ def test_one_trace_per_run_a_span_per_step(project: Path, exporter: Any) -> None
 
 
 class Receiver(BaseHTTPRequestHandler):
-    bodies: list[tuple[str, bytes]] = []
+    bodies: ClassVar[list[tuple[str, bytes]]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         Receiver.bodies.append((self.path, body))
         self.send_response(200)
