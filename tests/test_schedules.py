@@ -180,3 +180,51 @@ def test_bad_schedules_are_located(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["scheduler", "--once", "--now", "2024-01-02T07:00:00Z", "--project", str(root)])
     assert out.exit_code == 1 and "schedule x" in out.output and "core.nope" in out.output
     assert jobs(root) == {}
+
+
+def test_schedule_lines_quoted_unquoted_and_in_a_python_model(tmp_path: Path) -> None:
+    from lakewrap.compile import load_project
+    from lakewrap.parse import parse_model
+
+    def spec(line: str):  # type: ignore[no-untyped-def]
+        return parse_model(tmp_path / "m.sql", tmp_path, text=f"-- materialized table\n{line}\nSELECT 1 AS x\n",
+                           rel="models/m.sql").schedule
+
+    quoted = spec('-- schedule "0 6 * * 1-5" tz=Europe/Berlin catch_up=skip')
+    assert (quoted.cron, quoted.tz, quoted.catch_up, quoted.line) == ("0 6 * * 1-5", "Europe/Berlin", "skip", 2)
+    assert spec("-- schedule 0 6 * * 1-5 tz=Europe/Berlin catch_up=skip") == quoted
+    assert spec('-- schedule "@hourly"').cron == "@hourly"
+    root = tmp_path / "py"
+    (root / "models").mkdir(parents=True)
+    (root / "lakewrap.toml").write_text('[security]\nscripts = ["models"]\n')
+    (root / "models" / "m.py").write_text(
+        "import lakewrap\n\n\n@lakewrap.model(materialized=\"table\", schedule=\"15 * * * *\", "
+        "trigger=\"upstream debounce=2m\", freshness=\"warn_after=1h\")\n"
+        "def m(ctx):\n    import pyarrow as pa\n    return pa.table({\"x\": [1]})\n")
+    (model,) = load_project(root, None).select(())
+    assert model.schedule is not None and model.schedule.cron == "15 * * * *"
+    assert model.trigger is not None and model.trigger.debounce == 120
+    assert model.freshness is not None and model.freshness.warn_after == 3600
+
+
+def test_the_loop_looks_until_stopped(tmp_path: Path) -> None:
+    import threading
+
+    from lakewrap.ticks import Look, run_loop
+
+    root = write_project(tmp_path / "p", '[schedules.q]\ncron = "*/15 * * * *"\nselect = ["core.ev"]\n'
+                         'catch_up = "all"\n')
+    clock = iter(at(t) for t in ("2024-01-01T00:01:00+00:00", "2024-01-01T00:16:00+00:00",
+                                 "2024-01-01T00:20:00+00:00", "2024-01-01T01:00:00+00:00"))
+    stop, looks = threading.Event(), []
+
+    def report(found: Look) -> None:
+        looks.append([j["due"] for j in found.enqueued])
+        if len(looks) == 4:
+            stop.set()  # what SIGTERM does in `lakewrap scheduler`
+
+    run_loop(root, interval=0.01, stop=stop, clock=lambda: next(clock), report=report)
+    assert looks == [["2024-01-01T00:00:00Z"], ["2024-01-01T00:15:00Z"], [],
+                     ["2024-01-01T00:30:00Z", "2024-01-01T00:45:00Z", "2024-01-01T01:00:00Z"]]
+    assert sorted(jobs(root)) == [f"schedule:q:2024-01-01T{t}:00Z" for t in
+                                  ("00:00", "00:15", "00:30", "00:45", "01:00")]

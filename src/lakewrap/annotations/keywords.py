@@ -432,8 +432,11 @@ def register_core(reg: Registry) -> None:
         from lakewrap.schedules import cron_problem
         from lakewrap.spec import ScheduleSpec
 
-        (arg,) = positional(ann, 1, 1, sched_usage)
+        args = positional(ann, 1, 7, sched_usage)
         opts = options(ann, ("tz", "catch_up"), sched_usage)
+        # the fields may also be written unquoted (a Python model's schedule="0 6 * * *" renders so)
+        arg = args[0] if len(args) == 1 else Arg(" ".join(a.value for a in args), args[0].column,
+                                                   raw=" ".join(a.raw for a in args))
         problem = cron_problem(arg.value)
         if problem is not None:
             raise ann.error(f"`{arg.value}` is not a cron expression: {problem}", column=arg.column,
