@@ -196,3 +196,27 @@ def test_freshness_annotation_forms(tmp_path: Path) -> None:
     with pytest.raises(AnnotationError) as info:
         spec("-- freshness")
     assert "missing warn_after= or error_after=" in info.value.message and info.value.location.line == 2
+
+
+def test_iceberg_models_and_sources(tmp_path: Path) -> None:
+    """The same on an Iceberg lake (pyiceberg, the embedded catalog): the source's last commit is its
+    current snapshot's time, loaded_at is read through the lake's query role."""
+    root = tmp_path / "ice"
+    (root / "models" / "core").mkdir(parents=True)
+    (root / "seeds" / "raw").mkdir(parents=True)
+    (root / "models" / "core" / "ev.sql").write_text(MODELS["models/core/ev.sql"])
+    (root / "seeds" / "raw" / "events.csv").write_text("id,ts\n1,2024-01-01 10:00:00\n")
+    (root / "seeds" / "raw" / "loads.csv").write_text("id,loaded_at\n1,2024-03-01 09:00:00\n2,2024-03-01 12:00:00\n")
+    (root / "lakewrap.toml").write_text('[lake]\nsubstrate = "iceberg"\n\n' + TOML)
+    t0 = now_utc()
+    for command in ("seed", "run"):
+        out = CliRunner().invoke(main, [command, "--project", str(root)])
+        assert out.exit_code == 0, out.output
+    t1 = now_utc()
+    got = by_name(check(root, now=t1 + timedelta(hours=2)))
+    assert got["raw.events"].basis == "last commit"
+    assert got["raw.events"].loaded_at is not None and t0 - timedelta(seconds=1) <= got["raw.events"].loaded_at <= t1
+    assert got["raw.events"].state == "warn"  # 2h old: past warn_after=1h, not error_after=1d
+    assert got["raw.loads"].loaded_at == LOADED and got["raw.loads"].state == "error"
+    built = got["core.ev"].loaded_at
+    assert built is not None and t0 <= built <= t1 and got["core.ev"].state == "warn"
