@@ -38,6 +38,7 @@ def pg_project(tmp_path: Path, postgres: Postgres, monkeypatch: pytest.MonkeyPat
     return write_project(tmp_path / "project", pg_toml(postgres))
 
 
+@pytest.mark.slow  # 200 runs of about 0.5 s each (the runner's per-run cost), on 2 cores
 @pytest.mark.parametrize("workers", [2, 4])
 def test_workers_drain_200_jobs_each_partition_once(pg_project: Path, workers: int, tmp_path: Path) -> None:
     root = pg_project

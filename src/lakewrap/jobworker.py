@@ -132,8 +132,11 @@ class Worker:
         beater = threading.Thread(target=beat, name=f"lakewrap-heartbeat-{job.id}", daemon=True)
         runner.start()
         beater.start()
-        handed_back = False
+        handed_back = noted = False
         while not done.wait(0.2):
+            if self.stop.is_set() and not noted:
+                noted = True
+                self.say(f"job {job.id}: stop requested; it may run {self.opts.grace:g}s more, then it is handed back")
             if self.stop.is_set() and not handed_back and self.stop_at is not None \
                     and time.monotonic() - self.stop_at >= self.opts.grace:
                 handed_back = True  # not short: stop the run where it is, hand the job back
