@@ -38,6 +38,7 @@ def pg_project(tmp_path: Path, postgres: Postgres, monkeypatch: pytest.MonkeyPat
     return write_project(tmp_path / "project", pg_toml(postgres))
 
 
+@pytest.mark.slow  # 200 runs of about 0.5 s each (the runner's per-run cost), on 2 cores
 @pytest.mark.parametrize("workers", [2, 4])
 def test_workers_drain_200_jobs_each_partition_once(pg_project: Path, workers: int, tmp_path: Path) -> None:
     root = pg_project
@@ -124,3 +125,19 @@ def test_kill_9_mid_job_then_another_worker_reclaims_and_resumes(pg_project: Pat
     report = scheduler.run(serial, scheduler.RunOptions(selectors=("ev",), start=day(0), end=day(5)))
     assert report.status == "success"
     assert digest(table_rows(root)) == digest(table_rows(serial)) == digest(expected_rows(range(6)))
+
+
+def test_concurrency_starts_worker_processes_that_share_the_queue(pg_project: Path, tmp_path: Path) -> None:
+    root = pg_project
+    with open_queue(root) as queue:
+        assert queue.where.startswith("the PostgreSQL catalog database q_") and not queue.exclusive
+        jobs = [queue.enqueue(["ev"], partition=day(i)) for i in range(16)]
+    log = tmp_path / "w.log"
+    proc = worker(root, "--concurrency", "2", "--once", log=log)
+    assert proc.wait(timeout=300) == 0, log.read_text()
+    with open_queue(root) as queue:
+        done = [queue.get(j.id) for j in jobs]
+    assert all(j is not None and j.status == "succeeded" for j in done), log.read_text()
+    assert len({j.worker for j in done if j}) == 2  # two processes, neither of them the supervisor
+    assert str(proc.pid) not in {j.worker.split(":")[1] for j in done if j and j.worker}
+    assert table_rows(root) == expected_rows(range(16))

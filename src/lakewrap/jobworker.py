@@ -103,9 +103,11 @@ class Worker:
         done = threading.Event()
         result: list[Outcome] = []
 
+        stopping = threading.Event()  # the run is to stop (handed back, or lost)
+
         def control(fn: Callable[[], None]) -> None:
             cancel.append(fn)
-            if lost.is_set():
+            if stopping.is_set():  # decided while the run was still being planned
                 fn()
 
         def work() -> None:
@@ -122,6 +124,7 @@ class Worker:
                     queue.heartbeat(job.id, self.name)
                 except StateError:
                     lost.set()
+                    stopping.set()
                     for fn in cancel:
                         fn()
                     return
@@ -132,11 +135,15 @@ class Worker:
         beater = threading.Thread(target=beat, name=f"lakewrap-heartbeat-{job.id}", daemon=True)
         runner.start()
         beater.start()
-        handed_back = False
+        handed_back = noted = False
         while not done.wait(0.2):
+            if self.stop.is_set() and not noted:
+                noted = True
+                self.say(f"job {job.id}: stop requested; it may run {self.opts.grace:g}s more, then it is handed back")
             if self.stop.is_set() and not handed_back and self.stop_at is not None \
                     and time.monotonic() - self.stop_at >= self.opts.grace:
                 handed_back = True  # not short: stop the run where it is, hand the job back
+                stopping.set()
                 self.say(f"job {job.id}: stopping; its run is cancelled and the job handed back")
                 for fn in cancel:
                     fn()
