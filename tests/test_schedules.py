@@ -228,3 +228,27 @@ def test_the_loop_looks_until_stopped(tmp_path: Path) -> None:
                      ["2024-01-01T00:30:00Z", "2024-01-01T00:45:00Z", "2024-01-01T01:00:00Z"]]
     assert sorted(jobs(root)) == [f"schedule:q:2024-01-01T{t}:00Z" for t in
                                   ("00:00", "00:15", "00:30", "00:45", "01:00")]
+
+
+def test_the_scheduler_process_stops_on_sigterm(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from queueproject import wait_for
+
+    root = write_project(tmp_path / "p", '[schedules.q]\ncron = "* * * * *"\nselect = ["core.ev"]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "lakewrap", "scheduler", "--interval", "0.2", "--project",
+                             str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    try:
+        wait_for("the first job", lambda: jobs(root), timeout=120)  # its first look enqueued the latest minute
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()
+    keys = sorted(jobs(root))  # one, or two when a minute ticked before the signal
+    assert 1 <= len(keys) <= 2 and all(k.startswith("schedule:q:") for k in keys)
+    assert f"enqueued: job 1 for schedule q due {keys[0].removeprefix('schedule:q:')}" in out.decode()
