@@ -252,3 +252,25 @@ def test_the_scheduler_process_stops_on_sigterm(tmp_path: Path) -> None:
     keys = sorted(jobs(root))  # one, or two when a minute ticked before the signal
     assert 1 <= len(keys) <= 2 and all(k.startswith("schedule:q:") for k in keys)
     assert f"enqueued: job 1 for schedule q due {keys[0].removeprefix('schedule:q:')}" in out.decode()
+
+
+def test_the_loop_survives_a_broken_lakewrap_toml(tmp_path: Path) -> None:
+    import threading
+
+    from lakewrap.ticks import Look, run_loop
+
+    good = '[schedules.q]\ncron = "0 * * * *"\nselect = ["core.ev"]\n'
+    root = write_project(tmp_path / "p", good)
+    clock = iter(at(f"2024-01-01T0{h}:30:00+00:00") for h in range(3))
+    stop, looks = threading.Event(), []
+
+    def report(found: Look) -> None:
+        looks.append(([j["due"] for j in found.enqueued], found.errors))
+        (root / "lakewrap.toml").write_text(good.replace("0 * * * *", "0 * * *") if len(looks) == 1 else good)
+        if len(looks) == 3:
+            stop.set()
+
+    run_loop(root, interval=0.01, stop=stop, clock=lambda: next(clock), report=report)
+    assert looks[0] == (["2024-01-01T00:00:00Z"], [])
+    assert looks[1][0] == [] and "is not a cron expression" in looks[1][1][0]  # said, not raised
+    assert looks[2] == (["2024-01-01T02:00:00Z"], [])

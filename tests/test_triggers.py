@@ -115,3 +115,27 @@ def test_triggers_fire_only_for_changed_partitions(tmp_path: Path) -> None:
     assert fetch(root, "SELECT n, v FROM core.total") == [(len(rows), sum(v for _, _, v in rows))]
     later = look(root, datetime.now(timezone.utc) + timedelta(hours=1))
     assert later.enqueued == [] and later.errors == []
+
+
+def test_a_held_catalog_is_reported_and_retried(tmp_path: Path) -> None:
+    """On a DuckDB-file catalog another process holds (a worker running), a look says so and enqueues
+    nothing; the next look, once the catalog is free, fires."""
+    root = tmp_path / "p"
+    (root / "models" / "core").mkdir(parents=True)
+    (root / "models" / "core" / "total.sql").write_text(TOTAL)
+    execute(root, "CREATE SCHEMA raw", "CREATE TABLE raw.events (id INTEGER, ts TIMESTAMP, v INTEGER)",
+            "INSERT INTO raw.events VALUES (1, TIMESTAMP '2024-01-01 06:00:00', 5)")
+    assert CliRunner().invoke(main, ["run", "--project", str(root)]).exit_code == 0
+    execute(root, "INSERT INTO raw.events VALUES (2, TIMESTAMP '2024-01-02 06:00:00', 6)")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from lakewrap.execute.lake import Lake; "
+        f"con = Lake.open(Path({str(root)!r})).connect(); print('held', flush=True); sys.stdin.read()")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        held = look(root, datetime.now(timezone.utc))
+        assert held.enqueued == [] and len(held.errors) == 1 and "held by another process" in held.errors[0]
+    finally:
+        holder.communicate(b"", timeout=60)
+    free = look(root, datetime.now(timezone.utc))
+    assert [(j["trigger"], j["partition"]) for j in free.enqueued] == [("core.total", None)] and free.errors == []

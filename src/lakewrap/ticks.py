@@ -151,5 +151,9 @@ def run_loop(root: Path, *, interval: float, stop: threading.Event,
 
     with open_queue(root) as queue:
         while not stop.is_set():
-            report(look(root, clock(), queue=queue))
+            try:
+                found = look(root, clock(), queue=queue)
+            except LakewrapError as exc:  # lakewrap.toml or a model broken meanwhile: said, retried next look
+                found = Look(errors=[exc.render()])
+            report(found)
             stop.wait(interval)

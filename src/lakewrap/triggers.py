@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakewrap.errors import LakewrapError, UnsupportedError
+from lakewrap.errors import LakewrapError
 from lakewrap.schedules import iso
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def look_triggers(root: Path, queue: JobQueue, project: Project, now: datetime, 
     sub = of_project(root)
     try:
         found = detect_at(root, project, specs)
-    except UnsupportedError as exc:
+    except LakewrapError as exc:  # no change feed, or the catalog held by a worker: the next look retries
         out.errors.append(f"triggers: {exc.render()}")
         return
     for spec in specs:
