@@ -16,7 +16,10 @@ from lakewrap.cli_io import _say, _write, handled, logical_time, project_option
 from lakewrap.errors import PlanError
 
 
-def _print(look: Any, fmt: str) -> None:
+def _print(look: Any, fmt: str, *, idle: bool = True) -> None:
+    """One look's jobs and errors; ``idle=False``: nothing for a look that did nothing (the loop)."""
+    if not idle and not (look.enqueued or look.errors):
+        return
     if fmt == "json":
         _write(json.dumps(look.to_dict()) + "\n")
     else:
@@ -26,6 +29,8 @@ def _print(look: Any, fmt: str) -> None:
             _write(f"enqueued: job {job['job_id']} for {what}, partition {job['partition'] or '-'}\n")
         for err in look.errors:
             _say("error:", err, "red", stderr=True)
+        _say("looked:", f"{len(look.enqueued)} enqueued, {len(look.existing)} already queued, "
+             f"{len(look.skipped)} skipped, {len(look.errors)} failed", "cyan", stderr=True)
     sys.stdout.flush()
 
 
@@ -57,7 +62,7 @@ def scheduler_cmd(once: bool, now: str | None, interval: float, fmt: str, projec
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.set())
-    run_loop(project, interval=interval, stop=stop, report=lambda found: _print(found, fmt))
+    run_loop(project, interval=interval, stop=stop, report=lambda found: _print(found, fmt, idle=False))
 
 
 def register(group: click.Group) -> None:
