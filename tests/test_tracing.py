@@ -124,3 +124,26 @@ def test_spans_go_over_otlp_http_and_nothing_is_imported_when_off(project: Path)
     off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
     assert off.returncode == 0, off.stderr.decode()
     assert off.stdout.decode().strip() == "[]"
+
+
+def test_endpoint_precedence_and_a_missing_extra(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakewrap.config import load_config
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    assert tracing.endpoint(load_config(project)) is None and tracing.start(load_config(project), "r", "run") is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    assert tracing.endpoint(load_config(project)) == "http://127.0.0.1:1"
+    (project / "lakewrap.toml").write_text('[tracing]\nendpoint = "http://127.0.0.1:2"\nservice_name = "etl"\n')
+    assert tracing.endpoint(load_config(project)) == "http://127.0.0.1:2"  # the file wins
+    (project / "lakewrap.toml").write_text('[tracing]\nendpoint = "http://user:pw@127.0.0.1:2"\n')
+    with pytest.raises(Exception, match="without credentials"):
+        load_config(project)
+    # without the extra (its package made unimportable): refused before anything runs, nothing written
+    (project / "lakewrap.toml").write_text('[tracing]\nendpoint = "http://127.0.0.1:2"\n')
+    code = ("import sys; sys.modules['opentelemetry'] = None; from pathlib import Path; "
+            "from lakewrap.runner import run_project; "
+            f"run_project(Path({str(project)!r}), ('core.ev',), partition='2024-01-01')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert done.returncode != 0
+    assert b"OpenTelemetry is not installed" in done.stderr and b"lakewrap[otel]" in done.stderr
+    assert not (project / ".lakewrap").exists()

@@ -360,6 +360,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
     (:mod:`lakewrap.jobworker`), stops it with that."""
     root, opts = prep.root, prep.opts
     config = load_config(root)
+    # None unless tracing is enabled; refused here, before anything opens, without the otel extra
+    trace = tracing.start(config, prep.run_id, opts.command)
     substrate = substrate_of(config.lake)
     lake = substrate.open(root, config=config)
     runner = make_runner(opts.executor, prep.workers, opts.scheduler)
@@ -411,7 +413,6 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                               per_target=runner.workers if lake.parallel_writers else 1)
         if control is not None:
             control(scheduler.cancel)
-        trace = tracing.start(config, prep.run_id, opts.command)  # None unless tracing is enabled
         if trace is not None:
             scheduler.on_finish = trace.step
         if progress:
