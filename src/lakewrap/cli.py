@@ -406,8 +406,9 @@ def status_cmd(selectors: tuple[str, ...], fmt: str, project: Path) -> None:
             r.partitions[0] if r.partitions else ("-" if r.last_run is None else "whole table"))
         gaps = f"{len(r.gaps)}: " + ", ".join(r.gaps[:3]) + (" ..." if len(r.gaps) > 3 else "") if r.gaps else "-"
         stale = f"{len(r.stale)}: " + ", ".join(r.stale[:3]) + (" ..." if len(r.stale) > 3 else "") if r.stale else "-"
-        table.append((r.target, r.strategy, parts, gaps, stale, r.last_run or "never", str(len(r.failures)) or "-"))
-    _show_table(("model", "strategy", "partitions", "gaps", "stale", "last run", "failures"), table)
+        table.append((r.target, r.strategy, parts, gaps, stale, r.last_run or "never", str(len(r.failures)) or "-",
+                      r.freshness or "-"))
+    _show_table(("model", "strategy", "partitions", "gaps", "stale", "last run", "failures", "freshness"), table)
 
 
 @main.command("history")
@@ -507,6 +508,18 @@ register_workflow(main)
 from lakewrap.cli_docs import register as register_docs  # noqa: E402  (lineage, docs generate|serve)
 
 register_docs(main)
+
+from lakewrap.cli_freshness import register as register_freshness  # noqa: E402  (freshness)
+
+register_freshness(main)
+
+from lakewrap.cli_queue import register as register_queue  # noqa: E402  (enqueue, worker, jobs)
+
+register_queue(main)
+
+from lakewrap.cli_schedule import register as register_schedule  # noqa: E402  (scheduler)
+
+register_schedule(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -24,6 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from lakewrap.config_errors import CONFIG_FILE, find_line, located
 from lakewrap.config_hooks import HooksConfig, script_folders
+from lakewrap.config_sched import ScheduleConfig, SourceConfig, TracingConfig, schedule_names, source_names
 from lakewrap.errors import ConfigError, Location
 from lakewrap.frozen import Frozen, Meta
 
@@ -336,6 +337,10 @@ class ProjectConfig(Frozen):
     maintain: MaintainConfig = field(default_factory=MaintainConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     hooks: HooksConfig = field(default_factory=HooksConfig)
+    # tables lakewrap does not build, by schema.table: their freshness policy (docs/schedules.md)
+    sources: Annotated[dict[str, SourceConfig], Meta(check=source_names)] = field(default_factory=dict)
+    schedules: Annotated[dict[str, ScheduleConfig], Meta(check=schedule_names)] = field(default_factory=dict)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     # set by load_config, never read from the file: the environment this config is (None: the file's
     # own [lake] and [run]), the environment it defers to, and every environment the file defines
     env: str | None = None
@@ -479,7 +484,8 @@ def _validate(raw: bytes) -> dict[str, ProjectConfig]:
     except ValidationError as exc:
         raise located(exc.errors()[0], text, lake if isinstance(lake, dict) else None, config_classes(),
                       {"run": RunConfig, "maintain": MaintainConfig, "security": SecurityConfig,
-                       "hooks": HooksConfig}) from None
+                       "hooks": HooksConfig, "sources": SourceConfig, "schedules": ScheduleConfig,
+                       "tracing": TracingConfig}) from None
     names = tuple(envs)
     out = {"": base.replace(envs=names)}
     for name, body in envs.items():

@@ -51,6 +51,8 @@ def located(err: Any, text: str, lake: dict[str, Any] | None,
             hint=choices_hint(tag, classes, "substrate") + " (a package adds one through the "
             "`lakewrap.substrates` entry point)",
         )
+    if len(loc) >= 2 and loc[0] in KEYED:
+        return _keyed(err, text, loc, (tables or {}).get(loc[0]))
     substrate = str(lake.get("substrate", "ducklake")) if lake is not None else "ducklake"
     if loc[:1] == ["lake"] and len(loc) > 1:
         loc.pop(1)  # the substrate's tag, which pydantic puts in the path of a tagged union's member
@@ -67,6 +69,27 @@ def located(err: Any, text: str, lake: dict[str, Any] | None,
     if kind == "literal_error" and loc == ["lake", "catalog"] and lake is not None:
         msg = _foreign_catalog(str(lake.get("catalog")), substrate, classes) or msg
     return ConfigError(f"{'.'.join(loc)}: {msg}", location=where, hint=_HINT)
+
+
+KEYED = ("sources", "schedules")  # tables of tables: [sources."raw.events"], [schedules.<name>]
+
+
+def _keyed(err: Any, text: str, loc: list[str], owner: Any) -> ConfigError:
+    """An error inside ``[sources."<table>"]`` or ``[schedules.<name>]``, at the key's line in that table."""
+    from lakewrap.config_sched import section_line
+
+    table, name, key = loc[0], loc[1], (loc[2] if len(loc) > 2 else None)
+    where = Location(CONFIG_FILE, section_line(text, table, name, key))
+    section = f'{table}."{name}"' if table == "sources" else f"{table}.{name}"
+    hint = "see docs/schedules.md for the keys of [sources] and [schedules]"
+    if err["type"] in ("extra_forbidden", "unexpected_keyword_argument") and key is not None:
+        close = suggest(key, owner.__dataclass_fields__) if owner is not None else None
+        return ConfigError(f"unknown key `{key}` in [{section}]", location=where,
+                           hint=(f"did you mean `{close}`? " if close is not None else "") + hint)
+    if err["type"] in ("missing", "missing_keyword_argument") and key is not None:
+        return ConfigError(f"[{section}] needs `{key}`", location=where, hint=hint)
+    msg = err["msg"].removeprefix("Value error, ")
+    return ConfigError(f"[{section}]" + (f" {key}" if key else "") + f": {msg}", location=where, hint=hint)
 
 
 def _foreign_key(key: str, substrate: str, classes: dict[str, type[SubstrateConfig]],

@@ -16,6 +16,7 @@ from typing import Any
 from lakewrap.compile import load_project
 from lakewrap.errors import PlanError, UnsupportedError
 from lakewrap.execute import sandbox
+from lakewrap.freshness import judge, last_committed
 from lakewrap.partitions import Grain, latest_complete, parse_partition, partition_range
 from lakewrap.project import require_project
 from lakewrap.provenance import run_or_snapshot
@@ -77,6 +78,9 @@ class ModelStatus:
     failures: list[dict[str, Any]] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # partitions whose inputs changed (lakewrap.stale)
     stale_reasons: dict[str, list[str]] = field(default_factory=dict)
+    # lakewrap.freshness: ok | warn | error | never against the model's `-- freshness` (None: no policy)
+    freshness: str | None = None
+    age_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -120,6 +124,10 @@ def _status(root: Path, project: Any, selectors: tuple[str, ...], now: datetime,
         if rows:
             last = max(rows, key=lambda r: r[2])
             st.last_run, st.last_committed_at = last[1], str(last[2])
+        fresh = judge("model", target, "last materialization", last_committed([str(r[2]) for r in rows]),
+                      spec.freshness, now)
+        st.age_seconds = fresh.age_seconds
+        st.freshness = fresh.state if spec.freshness is not None else None
         part = spec.partition
         if isinstance(part, TimePartitioning) and (part.start or st.partitions):
             grain = Grain(part.grain)

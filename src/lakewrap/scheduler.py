@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lakewrap import tracing
 from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
 from lakewrap.config import load_config
 from lakewrap.contracts_graph import catalog_of, check_run
@@ -61,6 +62,7 @@ from lakewrap.substrates.registry import resolve as substrate_of
 from lakewrap.workers import StepRunner, Task, make_runner
 
 Progress = Callable[[str, Any], None]  # ("start", total) / ("step", result) / ("end", report)
+Control = Callable[[Callable[[], None]], None]  # handed the run's cancel function (execute)
 
 
 @dataclass
@@ -204,6 +206,7 @@ class Scheduler:
             self.order.setdefault(s.task.target, []).append(s.index)
         self.cursor = dict.fromkeys(self.order, 0)  # per target: its first step that may be pending
         self.busy: dict[str, int] = dict.fromkeys(self.order, 0)  # per target: its steps in flight
+        self.on_finish: Callable[[Result], None] | None = None  # each result as it is recorded (lakewrap.tracing)
 
     def cancel(self) -> None:
         """Stop scheduling and interrupt in-flight steps (safe from a signal handler)."""
@@ -216,6 +219,8 @@ class Scheduler:
         self.results[step.index] = result
         self.report.results.append(result)
         self.log.step(result)
+        if self.on_finish is not None:
+            self.on_finish(result)
         if self.progress:
             self.progress("step", result)
 
@@ -346,10 +351,17 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
     return Prepared(root, run_id, now, opts, project, cache, selected, steps, workers)
 
 
-def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[str, Any] | None = None) -> RunReport:
-    """Run prepared steps; never raises for model or data errors (they are in the report)."""
+def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[str, Any] | None = None,
+            control: Control | None = None) -> RunReport:
+    """Run prepared steps; never raises for model or data errors (they are in the report).
+
+    ``control`` is handed the run's cancel function once the run has started (what SIGINT/SIGTERM
+    call in the main thread): a caller running the run in another thread, such as a queue worker
+    (:mod:`lakewrap.jobworker`), stops it with that."""
     root, opts = prep.root, prep.opts
     config = load_config(root)
+    # None unless tracing is enabled; refused here, before anything opens, without the otel extra
+    trace = tracing.start(config, prep.run_id, opts.command)
     substrate = substrate_of(config.lake)
     lake = substrate.open(root, config=config)
     runner = make_runner(opts.executor, prep.workers, opts.scheduler)
@@ -399,6 +411,10 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
                               lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result),
                               per_target=runner.workers if lake.parallel_writers else 1)
+        if control is not None:
+            control(scheduler.cancel)
+        if trace is not None:
+            scheduler.on_finish = trace.step
         if progress:
             progress("start", len(todo))
         restore = _on_signals(scheduler.cancel)
@@ -421,6 +437,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 run_hooks.end(report, status)
                 log.finish(status, report.results, resumable=report.resumable)
                 report.run_log_errors = log.errors
+                if trace is not None:
+                    trace.finish(report)
         finally:
             restore()
     if prep.cache is not None:
@@ -446,13 +464,15 @@ def skip_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any, resumin
          full_refresh=prep.opts.full_refresh, sha_of=sha_of)
 
 
-def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None) -> RunReport:
+def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None,
+        control: Control | None = None) -> RunReport:
     """Plan and run ``opts`` on the project at ``root`` (``lakewrap run`` / ``backfill``)."""
-    return execute(prepare(root, opts, run_id), progress=progress)
+    return execute(prepare(root, opts, run_id), progress=progress, control=control)
 
 
 def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any = "auto",
-           scheduler: str | None = None, progress: Progress | None = None) -> RunReport:
+           scheduler: str | None = None, progress: Progress | None = None,
+           control: Control | None = None) -> RunReport:
     """Re-run a failed, cancelled or killed run: the steps it has not committed, same arguments."""
     from lakewrap.project import require_project
 
@@ -481,4 +501,4 @@ def resume(root: Path, run_id: str, *, workers: int | None = None, executor: Any
     opts.workers, opts.executor, opts.scheduler = workers, executor, scheduler
     opts.missing_only = False
     prep = prepare(root, opts, run_id)
-    return execute(prep, progress=progress, resume=row)
+    return execute(prep, progress=progress, resume=row, control=control)

@@ -179,6 +179,39 @@ class ColumnSpec(Frozen):
     line: int
 
 
+class Freshness(Frozen):
+    """A ``-- freshness`` line (or a ``[sources."schema.table"]`` policy): ages, in seconds, past which
+    the table is ``warn`` or ``error`` (``lakewrap freshness``, docs/schedules.md)."""
+
+    warn_after: Annotated[int | None, Meta(gt=0)] = None
+    error_after: Annotated[int | None, Meta(gt=0)] = None
+
+    def __post_init__(self) -> None:
+        if self.warn_after is None and self.error_after is None:
+            raise ValueError("a freshness policy needs warn_after, error_after or both")
+        if self.warn_after is not None and self.error_after is not None and self.warn_after >= self.error_after:
+            raise ValueError("warn_after must be shorter than error_after")
+
+
+class ScheduleSpec(Frozen):
+    """A ``-- schedule "<cron>" [tz=...]`` line: the model is enqueued at every due time of ``cron``
+    in ``tz`` (``lakewrap scheduler``, docs/schedules.md)."""
+
+    cron: str
+    tz: str = "UTC"
+    catch_up: Literal["all", "latest", "skip"] = "latest"
+    line: int
+
+
+class TriggerSpec(Frozen):
+    """A ``-- trigger upstream [debounce=5m]`` line: the model is enqueued for the partitions whose
+    upstream rows changed, commits within ``debounce`` seconds of the first coalesced into one job."""
+
+    on: Literal["upstream"] = "upstream"
+    debounce: Annotated[int, Meta(ge=0)] = 0
+    line: int
+
+
 OnSchemaChange = Literal["fail", "append_new_columns", "sync_all_columns", "ignore"]
 
 
@@ -198,7 +231,9 @@ class ModelSpec(Frozen):
     on_schema_change: OnSchemaChange = "fail"
     tags: tuple[str, ...] = ()
     retry: Annotated[int | None, Meta(ge=0)] = None
-    freshness_seconds: Annotated[int | None, Meta(gt=0)] = None
+    freshness: Freshness | None = None
+    schedule: ScheduleSpec | None = None
+    trigger: TriggerSpec | None = None
     description: str | None = None
     sql: str
     body_line: int

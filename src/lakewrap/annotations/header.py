@@ -18,14 +18,17 @@ from lakewrap.spec import (
     AppendStrategy,
     ColumnSpec,
     DeleteInsertStrategy,
+    Freshness,
     HookSpec,
     LiteralStrategy,
     MergeStrategy,
     Partitioning,
+    ScheduleSpec,
     SnapshotStrategy,
     TableRef,
     TableStrategy,
     TestSpec,
+    TriggerSpec,
     ViewStrategy,
 )
 
@@ -58,7 +61,9 @@ class Header:
     on_schema_change: str | None = None
     tags: list[str] = field(default_factory=list)
     retry: int | None = None
-    freshness_seconds: int | None = None
+    freshness: Freshness | None = None
+    schedule: ScheduleSpec | None = None
+    trigger: TriggerSpec | None = None
     description: str | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
     column_refs: list[ColumnRef] = field(default_factory=list)
@@ -190,7 +195,9 @@ class Header:
             "on_schema_change": self.on_schema_change or "fail",
             "tags": tuple(self.tags),
             "retry": self.retry,
-            "freshness_seconds": self.freshness_seconds,
+            "freshness": self.freshness,
+            "schedule": self.schedule,
+            "trigger": self.trigger,
             "description": self.description,
             "extensions": dict(self.extensions),
             "hooks": tuple(self.hooks),

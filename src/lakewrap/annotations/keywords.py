@@ -96,27 +96,19 @@ def table_ref(ann: Annotation, arg: Arg) -> TableRef:
     return TableRef(schema_name=table.db or "main", name=table.name)
 
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+def duration_seconds(ann: Annotation, arg: Arg, *, what: str = "a freshness duration", zero: bool = False) -> int:
+    """Parse ``1d``, ``6h``, ``2h30m``, ``90s`` into seconds (:mod:`lakewrap.durations`)."""
+    from lakewrap.durations import HINT, parse_duration
 
-
-def duration_seconds(ann: Annotation, arg: Arg) -> int:
-    """Parse ``1d``, ``6h``, ``2h30m``, ``90s`` into seconds."""
-    m = _DURATION.match(arg.value)
-    if m is None or not arg.value or not any(m.groups()):
+    try:
+        return parse_duration(arg.value, zero=zero)
+    except ValueError as exc:
+        positive = "positive" in str(exc)
         raise ann.error(
-            f"`{arg.value}` is not a duration",
+            f"{what} must be positive" if positive else f"`{arg.value}` is not a duration",
             column=arg.column,
-            hint="write a duration such as `30m`, `6h`, `1d` or `1d12h`",
-        )
-    d, h, mi, s = (int(g) if g else 0 for g in m.groups())
-    total = ((d * 24 + h) * 60 + mi) * 60 + s
-    if total <= 0:
-        raise ann.error(
-            "a freshness duration must be positive",
-            column=arg.column,
-            hint="write a duration such as `30m`, `6h`, `1d` or `1d12h`; remove the line to never warn",
-        )
-    return total
+            hint=HINT + ("; remove the line to never warn" if positive and what == "a freshness duration" else ""),
+        ) from None
 
 
 def integer(ann: Annotation, arg: Arg, low: int, high: int, what: str) -> int:
@@ -406,12 +398,6 @@ def register_core(reg: Registry) -> None:
         options(ann, (), "retry N")
         (arg,) = positional(ann, 1, 1, "retry N")
         h.retry = integer(ann, arg, 0, 100, "retry")
-
-    @reg.keyword("freshness", usage="freshness <duration>", summary="warn when older than this (e.g. 6h)")
-    def freshness(ann: Annotation, h: Header) -> None:
-        options(ann, (), "freshness <duration>")
-        (arg,) = positional(ann, 1, 1, "freshness <duration>")
-        h.freshness_seconds = duration_seconds(ann, arg)
 
     @reg.keyword("description", usage='description "text"', summary="documentation for the model")
     def description(ann: Annotation, h: Header) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakewrap.annotations.keywords import register_core
 from lakewrap.annotations.scripts import register_scripts, script_params
+from lakewrap.annotations.service import register_service
 from lakewrap.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ def default_registry() -> Registry:
     if _DEFAULT is None:
         registry = Registry()
         register_core(registry)
+        register_service(registry)  # freshness, schedule, trigger
         register_scripts(registry)  # hooks and script tests
         registry.load_plugins()
         _DEFAULT = registry

@@ -20,6 +20,7 @@ ask it for a role and never branch on the substrate's name:
 - change feed (:meth:`Substrate.feed`, and :meth:`Substrate.stale` over it): ``run --stale`` and
   the stale column of ``status``; the rules are shared (:func:`lakewrap.stale.find_stale`), the
   feed answers what the lake recorded and what changed since;
+- freshness (:meth:`Substrate.changed_at`): when a table's rows last changed (``lakewrap freshness``);
 - maintainer (:meth:`Substrate.maintainer`): ``lakewrap maintain`` (compaction, snapshot expiry
   sparing run records, old and orphan files), or a refusal with a hint.
 - reads (:meth:`Substrate.query`): one read-only statement for ``lakewrap query``, optionally as of
@@ -37,6 +38,7 @@ ask it for a role and never branch on the substrate's name:
   re-runs skip by (:mod:`lakewrap.skips`);
 - seeding (:meth:`Substrate.seeder`): ``lakewrap seed``'s plans and commits;
 - run-log store (:meth:`Substrate.runlog`): where the run log's four tables live (:mod:`lakewrap.runlog`);
+- job store (:meth:`Substrate.job_store`): where the job queue's table lives (:mod:`lakewrap.jobs`);
 - state store (:meth:`Substrate.materializations`): the recorded materializations of a table;
 
 Importing this module (and the registry) loads neither duckdb nor pyarrow nor pyiceberg:
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
     from lakewrap.config import LakeConfig, ProjectConfig
     from lakewrap.execute.executor import Result
     from lakewrap.execute.retry import RetryPolicy
+    from lakewrap.jobstore import JobStore
     from lakewrap.maintain import MaintainReport
     from lakewrap.plan import Plan
     from lakewrap.project import Project
@@ -291,6 +294,16 @@ class Substrate:
         """The run log's store; ``con`` is the coordinator's connection (a store may write through it)."""
         raise NotImplementedError
 
+    def job_store(self, root: Path, config: ProjectConfig) -> JobStore:
+        """Where the job queue's table lives (:mod:`lakewrap.jobs`, docs/queue.md); opened without
+        opening the lake, so a process that does not own the catalog can enqueue. By default a
+        SQLite file ``.lakewrap/jobs.sqlite`` drained by one worker at a time."""
+        from lakewrap.config import DEFAULT_DIR
+        from lakewrap.jobstore import SQLiteJobs
+
+        return SQLiteJobs(root / DEFAULT_DIR / "jobs.sqlite", exclusive=True,
+                          where=f"the job file {DEFAULT_DIR}/jobs.sqlite of a `{self.name}` lake")
+
     # -- records ---------------------------------------------------------------------------------
     def materializations(self, lake: Any, target: str) -> list[Materialization]:
         """State store: the materializations of ``target`` recorded in the lake, oldest first
@@ -357,6 +370,15 @@ class Substrate:
             return find_stale(self.feed(lake, con), project, selected)
         finally:
             lake.close(con)
+
+    def changed_at(self, root: Path, table: str) -> datetime | None:
+        """When the last commit that changed the rows of ``table`` (``schema.name``) of the lake at
+        ``root`` was made (aware, UTC); None: the table does not exist or never held rows.
+        ``lakewrap freshness`` reads it for a ``[sources]`` table without ``loaded_at``."""
+        from lakewrap.errors import UnsupportedError
+
+        raise UnsupportedError(f"substrate `{self.name}` cannot tell when `{table}` last changed",
+                               hint=f'set loaded_at = "<column>" in [sources."{table}"] of lakewrap.toml')
 
     # -- maintainer ------------------------------------------------------------------------------
     def maintainer(self, root: Path, config: ProjectConfig) -> Maintainer:

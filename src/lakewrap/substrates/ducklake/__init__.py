@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from lakewrap.execute.executor import Result
     from lakewrap.execute.lake import Lake
     from lakewrap.execute.retry import RetryPolicy
+    from lakewrap.jobstore import JobStore
     from lakewrap.plan import Plan
     from lakewrap.provenance import Materialization, RunOrSnapshot
     from lakewrap.runlog import Store
@@ -107,6 +108,26 @@ class DuckLake(Substrate):
 
         return runlog(lake, con)
 
+    def job_store(self, root: Path, config: ProjectConfig) -> JobStore:
+        """The job queue beside the run log: in the PostgreSQL catalog database (any number of
+        workers), in the SQLite catalog's run-log file, or in a SQLite file beside a DuckDB-file
+        catalog (``lake.ducklake`` → ``lake.ducklake-jobs``), which an API process can write while
+        the one worker owns the catalog. The two files are drained by one worker at a time."""
+        from lakewrap.dsn import parse
+        from lakewrap.errors import relpath
+        from lakewrap.jobstore import PostgresJobs, SQLiteJobs
+
+        lake = config.lake
+        assert isinstance(lake, DuckLakeLakeConfig)
+        if lake.catalog == "postgres":
+            assert lake.dsn is not None  # a postgres catalog has a dsn (DuckLakeLakeConfig)
+            name = parse(lake.dsn).get("dbname", "")
+            return PostgresJobs(lake.dsn, where=f"the PostgreSQL catalog database {name}".rstrip())
+        path = lake.catalog_path(root)
+        path = path.with_name(path.name + ("-runlog" if lake.catalog == "sqlite" else "-jobs"))
+        kind = "SQLite" if lake.catalog == "sqlite" else "DuckDB-file"
+        return SQLiteJobs(path, exclusive=True, where=f"the {kind} catalog's job file {relpath(path, root)}")
+
     def materializations(self, lake: Lake, target: str) -> list[Materialization]:
         with self.state_reader(lake) as read:
             return read(target)
@@ -160,6 +181,16 @@ class DuckLake(Substrate):
         from lakewrap.substrates.ducklake.feed import feed
 
         return feed(lake, con)
+
+    def changed_at(self, root: Path, table: str) -> datetime | None:
+        from lakewrap.substrates.ducklake.freshness import changed_at
+
+        lake = self.open(root, read_only=True)
+        con = lake.connect()
+        try:
+            return changed_at(con, lake.alias, table)
+        finally:
+            lake.close(con)
 
     def maintainer(self, root: Path, config: ProjectConfig) -> DuckLakeMaintainer:
         from lakewrap.substrates.ducklake.maintain import DuckLakeMaintainer

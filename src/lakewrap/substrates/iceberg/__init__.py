@@ -174,6 +174,14 @@ class Iceberg(Substrate):
 
         return IcebergFeed(lake, con)
 
+    def changed_at(self, root: Path, table: str) -> datetime | None:
+        """The time of the table's current snapshot (the last commit that changed it)."""
+        from datetime import timezone
+
+        found = self.open(root, read_only=True).load(table)
+        snap = found.current_snapshot() if found is not None else None
+        return None if snap is None else datetime.fromtimestamp(snap.timestamp_ms / 1000, tz=timezone.utc)
+
     def maintainer(self, root: Path, config: ProjectConfig) -> IcebergMaintainer:
         from lakewrap.substrates.iceberg.maintain import IcebergMaintainer
 
