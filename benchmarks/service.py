@@ -7,8 +7,11 @@ queued before the workers start; the wall time runs from starting the workers to
 exit. Each configuration checks that every job succeeded once and that the table holds the rows
 computed in Python. CPU is user + system seconds of the worker processes (they fork nothing).
 
+The queue alone (``--claims``): 1, 2 and 4 processes claiming and finishing ``--claims`` jobs
+without running them (``JobQueue.claim`` then ``finish``), to show what the table costs a job.
+
 Usage:
-    python benchmarks/service.py [--jobs 120] [--workers 1,2,4] [--out results.json]
+    python benchmarks/service.py [--jobs 120] [--workers 1,2,4] [--claims 2000] [--out results.json]
 """
 
 from __future__ import annotations
@@ -53,10 +56,46 @@ def drain(work: Path, pg: Any, jobs: int, workers: int) -> dict[str, Any]:
             "load_average_at_end": round(os.getloadavg()[0], 2), "all_succeeded_once_and_rows_right": ok}
 
 
+def _claimer(root: str, name: str) -> None:
+    from lakewrap.jobs import open_queue
+
+    with open_queue(Path(root)) as queue:
+        while (job := queue.claim(name)) is not None:
+            queue.finish(job.id, "succeeded", run_id=job.run_id, error=None)
+
+
+def claims(work: Path, pg: Any, jobs: int, workers: int) -> dict[str, Any]:
+    """``workers`` processes claim and finish ``jobs`` queued jobs; every job claimed exactly once."""
+    from lakewrap.jobs import open_queue
+    from queueproject import day, pg_toml, write_project
+
+    root = write_project(work / f"c{workers}", pg_toml(pg))
+    with open_queue(root) as queue:
+        queue.enqueue(["ev"], partition=day(0), requested_by="api")  # checked once; the rest stored as is
+        for i in range(1, jobs):
+            queue.store.insert({"kind": "run", "selection": '["ev"]', "partition_value": day(i % 300),
+                                "start_value": None, "end_value": None, "resume_of": None, "requested_by": "api",
+                                "dedupe_key": None})
+    load = os.getloadavg()[0]
+    code = f"import sys; sys.path[:0] = {[str(ROOT / 'benchmarks'), str(ROOT / 'tests')]!r}; " \
+           f"from service import _claimer; _claimer({str(root)!r}, sys.argv[1])"
+    started = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"c{k}"]) for k in range(workers)]
+    codes = [p.wait() for p in procs]
+    wall = time.monotonic() - started
+    with open_queue(root) as queue:
+        done = queue.list(limit=jobs + 1)
+    ok = codes == [0] * workers and len(done) == jobs and all(j.status == "succeeded" and j.attempts == 1
+                                                              for j in done)
+    return {"workers": workers, "jobs": jobs, "seconds": round(wall, 2), "claims_per_second": round(jobs / wall, 1),
+            "load_average_at_start": round(load, 2), "each_claimed_once": ok}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--jobs", type=int, default=120)
+    ap.add_argument("--jobs", type=int, default=120, help="jobs each drain runs (0: no drain)")
     ap.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
+    ap.add_argument("--claims", type=int, default=0, help="also time the queue alone on this many jobs")
     ap.add_argument("--work", type=Path, help="work folder (default: a temporary one)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -66,18 +105,24 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     pg = start_postgres()
     os.environ["PGPASSWORD"] = pg.password
-    rows = []
+    rows: list[dict[str, Any]] = []
+    queue_rows: list[dict[str, Any]] = []
     try:
-        for n in (int(w) for w in args.workers.split(",")):
+        for n in (int(w) for w in args.workers.split(",")) if args.jobs else ():
             row = drain(work, pg, args.jobs, n)
             print(json.dumps(row), flush=True)
             rows.append(row)
+        for n in (int(w) for w in args.workers.split(",")) if args.claims else ():
+            row = claims(work, pg, args.claims, n)
+            print(json.dumps(row), flush=True)
+            queue_rows.append(row)
     finally:
         stop_postgres(pg)
-    report = {"cores": len(os.sched_getaffinity(0)), "drain": rows}
+    report = {"cores": len(os.sched_getaffinity(0)), "drain": rows, "queue_alone": queue_rows}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if all(r["all_succeeded_once_and_rows_right"] for r in rows) else 1
+    ok = all(r["all_succeeded_once_and_rows_right"] for r in rows) and all(r["each_claimed_once"] for r in queue_rows)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
