@@ -512,5 +512,9 @@ from lakewrap.cli_queue import register as register_queue  # noqa: E402  (enqueu
 
 register_queue(main)
 
+from lakewrap.cli_serve import register as register_serve  # noqa: E402  (serve: the HTTP API and /ui)
+
+register_serve(main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
