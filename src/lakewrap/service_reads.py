@@ -31,6 +31,7 @@ ATTEMPT_COLUMNS = ("target", "partition_value", "attempt", "outcome", "error_cla
 LOG_COLUMNS = ("logged_at", "level", "target", "partition_value", "message")
 RUN_STATUSES = ("running", "success", "failed", "cancelled")
 STRIP_MAX = 60  # cells of a model's calendar strip (the latest)
+STRIP_AFTER = 7  # gaps shown after the latest materialized partition
 
 
 class Busy(LakewrapError):
@@ -134,14 +135,19 @@ def models(root: Path, now: datetime | None = None) -> list[dict[str, Any]]:
     return [_summary(st) for st in _statuses(root, (), now)]
 
 
-def strip(st: Any) -> list[dict[str, str]]:
-    """The calendar strip of a model: its latest :data:`STRIP_MAX` partitions from the first one,
-    each ``materialized``, ``stale``, ``failed`` (a step failed since the last commit) or ``gap``."""
+def strip(st: Any) -> dict[str, Any]:
+    """The calendar strip of a model: from its first partition to :data:`STRIP_AFTER` past the latest
+    materialized or failed one (the latest :data:`STRIP_MAX` cells), each ``materialized``, ``stale``,
+    ``failed`` (a step failed since the last commit) or ``gap``; the gaps after it are counted."""
     failed = {f["partition"] for f in st.failures if f.get("partition")}
     stale, done = set(st.stale), set(st.partitions)
     cells = sorted(done | set(st.gaps) | failed)
-    return [{"value": c, "state": "failed" if c in failed else "stale" if c in stale
-             else "materialized" if c in done else "gap"} for c in cells[-STRIP_MAX:]]
+    seen = done | failed
+    end = cells.index(max(seen)) + 1 + STRIP_AFTER if seen else min(len(cells), STRIP_AFTER)
+    later = [c for c in cells[end:] if c not in seen]
+    return {"cells": [{"value": c, "state": "failed" if c in failed else "stale" if c in stale
+                       else "materialized" if c in done else "gap"} for c in cells[:end][-STRIP_MAX:]],
+            "later_gaps": len(later), "last_gap": later[-1] if later else None}
 
 
 def model(root: Path, target: str, now: datetime | None = None) -> dict[str, Any]:
