@@ -131,15 +131,32 @@ def _summary(st: Any) -> dict[str, Any]:
 
 
 def models(root: Path, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every model in dependency order: counts of partitions, gaps, stale partitions and failures."""
-    return [_summary(st) for st in _statuses(root, (), now)]
+    """Every model in dependency order: counts of partitions, gaps, stale partitions and failures,
+    and its calendar strip."""
+    failed = failed_partitions(root)
+    return [{**_summary(st), "failed_partitions": sorted(failed.get(st.target.lower(), set())),
+             "strip": strip(st, failed.get(st.target.lower(), set()))} for st in _statuses(root, (), now)]
 
 
-def strip(st: Any) -> dict[str, Any]:
+def failed_partitions(root: Path) -> dict[str, set[str]]:
+    """Per target (case-folded): the partitions whose latest step in the run log failed (none since
+    succeeded)."""
+    rows = _fetch(root, "SELECT lower(target) AS target, partition_value, "
+                        "max(finished_at) FILTER (WHERE status = 'failed') AS failed_at, "
+                        "max(finished_at) FILTER (WHERE status IN ('success', 'unchanged')) AS ok_at "
+                        "FROM lakewrap_steps WHERE partition_value IS NOT NULL GROUP BY ALL", {})
+    out: dict[str, set[str]] = {}
+    for r in rows:
+        if r["failed_at"] is not None and (r["ok_at"] is None or r["failed_at"] > r["ok_at"]):
+            out.setdefault(r["target"], set()).add(r["partition_value"])
+    return out
+
+
+def strip(st: Any, failed: set[str]) -> dict[str, Any]:
     """The calendar strip of a model: from its first partition to :data:`STRIP_AFTER` past the latest
     materialized or failed one (the latest :data:`STRIP_MAX` cells), each ``materialized``, ``stale``,
-    ``failed`` (a step failed since the last commit) or ``gap``; the gaps after it are counted."""
-    failed = {f["partition"] for f in st.failures if f.get("partition")}
+    ``failed`` (its latest step failed: :func:`failed_partitions`) or ``gap``; the gaps after it are
+    counted."""
     stale, done = set(st.stale), set(st.partitions)
     cells = sorted(done | set(st.gaps) | failed)
     seen = done | failed
@@ -168,6 +185,7 @@ def model(root: Path, target: str, now: datetime | None = None) -> dict[str, Any
                              hint=f"did you mean `{close}`?" if close else "list the models with GET /models")
     st = _statuses(root, (str(found[0].target),), now)[0]
     out = _summary(st)
+    failed = failed_partitions(root).get(st.target.lower(), set())
     out.update(partitions=st.partitions, gaps=st.gaps, stale=st.stale, stale_reasons=st.stale_reasons,
-               failures=st.failures, strip=strip(st))
+               failures=st.failures, failed_partitions=sorted(failed), strip=strip(st, failed))
     return out
