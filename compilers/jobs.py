@@ -71,6 +71,9 @@ DDL: dict[Dialect, tuple[str, ...]] = {
 
 # Serializes the first CREATE TABLE of concurrent processes (PostgreSQL's IF NOT EXISTS races).
 PG_DDL_LOCK = "SELECT pg_advisory_xact_lock(hashtext('lakewrap_jobs ddl'))"
+# Held by one starting worker at a time while it opens (and, the first time, creates) the lake.
+PG_SETUP_LOCK = "SELECT pg_advisory_lock(hashtext('lakewrap_jobs lake setup'))"
+PG_SETUP_UNLOCK = "SELECT pg_advisory_unlock(hashtext('lakewrap_jobs lake setup'))"
 
 # --- PostgreSQL ---------------------------------------------------------------------------------
 

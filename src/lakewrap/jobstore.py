@@ -86,6 +86,12 @@ class JobStore:
         """Held while a worker drains the queue; refuses a second worker on an exclusive store."""
         yield
 
+    @contextlib.contextmanager
+    def setup_lock(self) -> Iterator[None]:
+        """Held by one starting worker at a time, while it creates the lake if it is new (DuckLake
+        fails when two processes initialize one PostgreSQL catalog at once)."""
+        yield
+
     def close(self) -> None:
         pass
 
@@ -263,6 +269,16 @@ class PostgresJobs(JobStore):
 
     def reclaim(self, timeout_s: float) -> builtins.list[dict[str, Any]]:
         return self._all(q.PG_RECLAIM, {"timeout": float(timeout_s)})
+
+    @contextlib.contextmanager
+    def setup_lock(self) -> Iterator[None]:
+        with self.lock:
+            self.db.execute(q.PG_SETUP_LOCK)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.db.execute(q.PG_SETUP_UNLOCK)
 
     def close(self) -> None:
         with self.lock:

@@ -69,6 +69,8 @@ class Worker:
     def serve(self) -> int:
         """Claim and run jobs until stopped (or, ``once``, until nothing is queued)."""
         with open_queue(self.root) as queue, queue.store.worker_slot():
+            with queue.store.setup_lock():
+                open_lake(self.root)
             restore = _on_stop(self.request_stop)
             try:
                 self.say(f"worker {self.name} on {queue.where}")
@@ -101,9 +103,11 @@ class Worker:
         done = threading.Event()
         result: list[Outcome] = []
 
+        stopping = threading.Event()  # the run is to stop (handed back, or lost)
+
         def control(fn: Callable[[], None]) -> None:
             cancel.append(fn)
-            if lost.is_set():
+            if stopping.is_set():  # decided while the run was still being planned
                 fn()
 
         def work() -> None:
@@ -120,6 +124,7 @@ class Worker:
                     queue.heartbeat(job.id, self.name)
                 except StateError:
                     lost.set()
+                    stopping.set()
                     for fn in cancel:
                         fn()
                     return
@@ -130,11 +135,15 @@ class Worker:
         beater = threading.Thread(target=beat, name=f"lakewrap-heartbeat-{job.id}", daemon=True)
         runner.start()
         beater.start()
-        handed_back = False
+        handed_back = noted = False
         while not done.wait(0.2):
+            if self.stop.is_set() and not noted:
+                noted = True
+                self.say(f"job {job.id}: stop requested; it may run {self.opts.grace:g}s more, then it is handed back")
             if self.stop.is_set() and not handed_back and self.stop_at is not None \
                     and time.monotonic() - self.stop_at >= self.opts.grace:
                 handed_back = True  # not short: stop the run where it is, hand the job back
+                stopping.set()
                 self.say(f"job {job.id}: stopping; its run is cancelled and the job handed back")
                 for fn in cancel:
                     fn()
@@ -182,6 +191,16 @@ def run_one(root: Path, job: Job, control: Callable[[Callable[[], None]], None])
         # a run job handed back before its run reached the run log: run it afresh, under the same id
     opts = scheduler.RunOptions(selectors=job.selection, partition=job.partition, start=job.start, end=job.end)
     return _outcome(root, scheduler.run(root, opts, run_id=run_id, control=control))
+
+
+def open_lake(root: Path) -> None:
+    """Connect to the lake once (creating it when it is new), then close it again."""
+    from lakewrap.config import load_config
+    from lakewrap.substrates.registry import resolve
+
+    config = load_config(root)
+    lake = resolve(config.lake).open(root, config=config)
+    lake.close(lake.connect())
 
 
 def recorded_status(root: Path, run_id: str) -> str | None:
