@@ -521,5 +521,9 @@ from lakewrap.cli_schedule import register as register_schedule  # noqa: E402  (
 
 register_schedule(main)
 
+from lakewrap.cli_serve import register as register_serve  # noqa: E402  (serve: the HTTP API and /ui)
+
+register_serve(main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
