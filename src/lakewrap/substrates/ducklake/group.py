@@ -94,6 +94,7 @@ def commit_group(executor: Executor, con: Any, members: list[Member], *, group_i
     per transaction; ``atomic``: one, unbounded). Never raises for model or data errors."""
     out = GroupOutcome([replace(m.result, status="failed") for m in members])
     jobs: dict[int, Job] = {}
+    moved: dict[int, str] = {}  # member -> the error that took it out of its group
     work: deque[list[int]] = deque([list(range(len(members)))])
     while work:
         idxs = work.popleft()
@@ -111,6 +112,8 @@ def commit_group(executor: Executor, con: Any, members: list[Member], *, group_i
                 out.results[i] = executor.materialize(con, job.compiled, reads=job.reads, drop_first=job.drop_first)
             finally:
                 executor.policy = policy
+            if i in moved:
+                out.results[i].warnings.append(f"rolled back out of group {group_id} ({moved[i]}); run alone")
             continue
         try:
             rest = _transaction(executor, con, members, jobs, idxs, out, group_id, atomic, seconds)
@@ -139,6 +142,8 @@ def commit_group(executor: Executor, con: Any, members: list[Member], *, group_i
             later = [j for j in idxs[pos + 1:] if members[j].target == target]
             others = [j for j in idxs if j != i and j not in later]
             if not failed.nothing:
+                text = str(failed.error).strip()
+                moved[i] = executor.lake.redact(text.splitlines()[0] if text else type(failed.error).__name__)
                 out.retried.append(target + (f" {out.results[i].partition}" if out.results[i].partition else ""))
             # the others first (committed again without it), then it alone, then its table's later partitions
             for part in (later, [i], others):
@@ -192,6 +197,7 @@ def _transaction(executor: Executor, con: Any, members: list[Member], jobs: dict
         pin = begin.run(con, sql.current_snapshot(lake.alias)).fetchone()[0]
         started = time.perf_counter()
         wrote: set[str] = set()
+        bootstraps: dict[str, set[str]] = {}
         for pos, i in enumerate(idxs):
             m, result = members[i], out.results[i]
             if written and not atomic and time.perf_counter() - started > seconds:
@@ -205,7 +211,8 @@ def _transaction(executor: Executor, con: Any, members: list[Member], jobs: dict
                     executor.check(jobs[i].compiled)
                 job = jobs[i]
                 result.sql_sha256 = job.compiled.sql_sha256
-                w = executor.write(con, job, result, log_of(i), 1, pin, fences[m.target], group_reads=reads)
+                w = executor.write(con, job, result, log_of(i), 1, pin, fences[m.target], group_reads=reads,
+                                   bootstrapped=bootstraps.setdefault(m.target, set()))
             except Exception as exc:
                 raise _Failed(pos, exc) from exc
             if w is None:
@@ -246,7 +253,9 @@ def _transaction(executor: Executor, con: Any, members: list[Member], jobs: dict
     except BaseException as exc:
         if not committed:
             executor.rollback(con, head if head is not None else _Quiet())  # type: ignore[arg-type]
-            error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            cause = exc.error if isinstance(exc, _Failed) else exc
+            text = str(cause).strip()
+            error = text.splitlines()[0] if text else type(cause).__name__
             for r in (out.results[i] for i in idxs):  # rolled back: nothing was written
                 r.rows_inserted = r.rows_updated = r.rows_deleted = 0
                 r.warnings.clear()

@@ -111,13 +111,16 @@ class Executor(Materializer):
             return None, f"committed, but its snapshot id could not be read: {str(exc).strip()}"
 
     def write(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int, pin: int,
-              fenced_sha: str | None, group_reads: tuple[str, ...] = ()) -> Written | None:
+              fenced_sha: str | None, group_reads: tuple[str, ...] = (),
+              bootstrapped: set[str] | None = None) -> Written | None:
         """One materialization's statements, tests and state rows inside the open transaction that
         read snapshot ``pin`` (its own, or a group's: :mod:`lakewrap.substrates.ducklake.group`);
         what its commit message records, or None when a first run has nothing to write (a
         snapshot model with nothing to version). ``group_reads``: upstream tables an earlier
-        member of the same transaction wrote (``--atomic``), recorded with the pins. Raises on
-        failure."""
+        member of the same transaction wrote (``--atomic``), recorded with the pins;
+        ``bootstrapped``: the bootstrap statements an earlier member of the same table ran in this
+        transaction, not run again (DuckLake 1.5.5 refuses ``SET PARTITIONED BY`` on a table with
+        transaction-local inlined rows; the layout is set already). Raises on failure."""
         compiled, drop_first = job.compiled, job.drop_first
         tally = Tally()
         result.tests.clear()
@@ -149,6 +152,11 @@ class Executor(Materializer):
             if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
                 self.run_test(con, st, result, log, outcomes)
                 continue
+            if bootstrapped is not None and st.role == "bootstrap" and st.effect is None:
+                if st.sql in bootstrapped:
+                    log.note("bootstrap statement run by an earlier member of this transaction: not again")
+                    continue
+                bootstrapped.add(st.sql)
             self.counted(con, st, log, tally, lambda: self._count(con, compiled.target, log))
             if schema_check is not None and st.role == "bootstrap":
                 # right after CREATE TABLE IF NOT EXISTS, before any other bootstrap (SET PARTITIONED
