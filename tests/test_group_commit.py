@@ -67,7 +67,8 @@ def _csv() -> Path:
 def rows(root: Path, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
     con = open_lake(root)
     try:
-        return sorted((tuple(r) for r in (con.execute(sql, params) if params else con.execute(sql)).fetchall()), key=repr)
+        cursor = con.execute(sql, params) if params else con.execute(sql)
+        return sorted((tuple(r) for r in cursor.fetchall()), key=repr)
     finally:
         con.close()
 
@@ -183,7 +184,7 @@ def test_atomic_publishes_nothing_when_the_last_model_fails(tmp_path: Path) -> N
     first = run_project(root, now=_now(), atomic=True)
     assert first.status == "success" and len({r.snapshot_id for r in first.results}) == 1
     assert table(root, "m.c") == reference("SELECT id, v * 2 + 1 FROM raw.events")
-    mat = [m for m in explain(root, first.run_id) if m.target == "m.c"][0]
+    mat = next(m for m in explain(root, first.run_id) if m.target == "m.c")
     assert mat.pins["group_reads"] == ["m.b"]  # it read m.b as this transaction had written it
     before = {t: table(root, t) for t in chain}
     snap = snapshots(root)
@@ -251,7 +252,7 @@ def test_kill_9_inside_a_group_commit_leaves_all_old_or_all_new_and_resume_compl
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == -signal.SIGKILL, (out, err)
         state = []
-        for i, t in enumerate(TABLES, 1):
+        for t in TABLES:
             got = table(root, t)
             state.append("new" if got == reference(new[t]) else "old" if got == reference(old[t]) else "mixed")
         assert len(set(state)) == 1 and state[0] != "mixed", (trial, state)
