@@ -151,6 +151,8 @@ def test_consecutive_partitions_share_a_commit_and_skips_work_per_partition(tmp_
     report = run_project(root, ["d.daily"], start=DAYS[0], end=DAYS[-1], now=_now(), command="backfill")
     assert report.status == "success" and len(report.results) == 4
     assert {r.snapshot_id for r in report.results} == {before + 1}
+    repro = reproduce(root, report.run_id)  # each partition replayed with its table's group members
+    assert repro.ok and sorted(r.partition for r in repro.results if r.status == "MATCH") == DAYS
     assert sorted(p for _, p in records(root, "d.daily")) == DAYS
     assert table(root, "d.daily") == reference("SELECT day, id, v + 1 AS v1 FROM raw.events")
     # --missing-only and --stale see every partition as built; resume has nothing to do
@@ -186,6 +188,7 @@ def test_atomic_publishes_nothing_when_the_last_model_fails(tmp_path: Path) -> N
     assert table(root, "m.c") == reference("SELECT id, v * 2 + 1 FROM raw.events")
     mat = next(m for m in explain(root, first.run_id) if m.target == "m.c")
     assert mat.pins["group_reads"] == ["m.b"]  # it read m.b as this transaction had written it
+    assert {r.status for r in reproduce(root, first.run_id).results} == {"MATCH"}
     before = {t: table(root, t) for t in chain}
     snap = snapshots(root)
     (root / "models" / "m" / "a.sql").write_text("-- materialized table\nSELECT id, v + 100 AS v FROM raw.events\n")

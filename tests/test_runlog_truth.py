@@ -178,8 +178,9 @@ def test_signals_across_the_commit_window_leave_the_run_log_equal_to_the_lake_on
     for trial in range(24):
         sig = (signal.SIGINT, signal.SIGTERM)[trial % 2]
         trigger.arm(rng.randint(1, 2), DELAYS_MS[trial % len(DELAYS_MS)] / 1000, sig)
+        # --no-group: the signal window of each day's own COMMIT (group commit: tests/test_group_commit.py)
         code, out, err = cli("backfill", "--project", str(root), "--start", DAYS[0], "--end", DAYS[1],
-                             "--format", "json")
+                             "--format", "json", "--no-group")
         signalled = trigger.settle()
         doc = json.loads(out)
         assert code == (0 if doc["status"] == "success" else 1), err
