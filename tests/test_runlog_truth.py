@@ -201,6 +201,8 @@ class Forgetful(ThreadRunner):
     """Real thread steps whose report of the first day is lost after its COMMIT, as when a worker
     process dies after committing: the step comes back ``failed`` with no snapshot."""
 
+    groups = False  # one step per submit: the report lost is one step's
+
     def submit(self, task: Task, done: Any) -> None:
         def lost(t: Task, r: Result) -> None:
             if t.partition == "2024-01-01" and r.status == "success":
@@ -322,7 +324,7 @@ def test_signals_to_real_lakewrap_processes(tmp_path: Path) -> None:
     """Two trials through the `lakewrap` command in a process of its own: a backfill (SIGTERM) and a
     seed (SIGINT), on a DuckLake (a process each costs its imports: 1-2 s on a quiet machine)."""
     root = write(tmp_path / "p", {"main/daily.sql": DAILY})
-    check_ducklake(root, signal_at_commit(root, ["backfill", "--start", DAYS[0], "--end", DAYS[1]],
+    check_ducklake(root, signal_at_commit(root, ["backfill", "--start", DAYS[0], "--end", DAYS[1], "--no-group"],
                                           signal.SIGTERM, 0.001))
     (root / "seeds" / "raw").mkdir(parents=True)
     for name in ("a", "b", "c"):
@@ -410,7 +412,8 @@ def test_a_cancelled_run_prints_its_resume_command_and_the_resume_counts_every_s
         tmp_path: Path, trigger: Trigger) -> None:
     root = write(tmp_path / "my project", {"main/daily.sql": DAILY})
     trigger.arm(2, 0.0, signal.SIGINT)  # just as the second of three days commits
-    code, out, _ = cli("backfill", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-03")
+    code, out, _ = cli("backfill", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-03",
+                       "--no-group")  # a signal at one day's own COMMIT
     assert trigger.settle() and code == 1
     (run_id,) = [row[0] for row in query(root, "SELECT run_id FROM lakewrap_runs")]
     assert f"finish it with: lakewrap resume {run_id} --project '{root}'\n" in out
