@@ -85,6 +85,12 @@ def _fail(executor: Executor, result: Result, job: Job | None, exc: BaseExceptio
     compiled = job.compiled if job is not None else None
     result.fail(locate.located(exc, result.model, executor.lake.root, compiled=compiled), executor.lake.redact)
     result.error_class = executor.error_class(exc)
+    text = str(exc).strip()
+    result.attempts = max(result.attempts, 1)
+    result.attempt_errors.append({  # the run log's attempts, as the shared loop records a failed attempt
+        "attempt": result.attempts, "seconds": round(result.seconds, 6),
+        "error_class": executor.attempt_class(exc, executor.retryable(exc)),
+        "error": executor.lake.redact(text.splitlines()[0] if text else "")})
 
 
 def commit_group(executor: Executor, con: Any, members: list[Member], *, group_id: str,
