@@ -213,6 +213,36 @@ def last_committed_snapshot(alias: str) -> str:
             exp.EQ(this=extra, expression=q.param("commit_id")))))
 
 
+SNAPSHOT_COLUMNS = ("snapshot_id", "snapshot_time", "schema_version", "changes", "author", "commit_message")
+
+
+def member_snapshots(alias: str) -> exp.Subquery:
+    """``<alias>.snapshots()`` with one row per materialization a snapshot committed: a group
+    commit's ``extra_info`` (``{"group": ..., "members": [...]}``, docs/running.md, "Group commit
+    and --atomic") becomes one row per member, each with that member's own entry as
+    ``commit_extra_info``; any other snapshot stays one row."""
+    info = exp.column("commit_extra_info")
+    members = exp.Case(ifs=[exp.If(
+        this=exp.func("json_exists", info.copy(), exp.Literal.string("$.members")),
+        true=exp.func("json_extract_string", info.copy(), exp.Literal.string("$.members[*]")))],
+        default=exp.Array(expressions=[info.copy()]))
+    select = exp.select(*(exp.column(c) for c in SNAPSHOT_COLUMNS),
+                        exp.alias_(exp.Unnest(expressions=[members]), "commit_extra_info")).from_(
+        exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)))
+    return select.subquery()
+
+
+def expand_members(tree: exp.Expr, alias: str) -> exp.Expr:
+    """``tree`` with every ``snapshots()`` table read as :func:`member_snapshots` (its alias kept)."""
+    for tbl in list(tree.find_all(exp.Table)):
+        if isinstance(tbl.this, exp.Anonymous) and tbl.this.name == "snapshots":
+            sub = member_snapshots(alias)
+            if tbl.alias:
+                sub.set("alias", exp.TableAlias(this=q.ident(tbl.alias)))
+            tbl.replace(sub)
+    return tree
+
+
 def count_rows(schema: str | None, name: str) -> str:
     return q.render(exp.select(q.count_star()).from_(q.table(schema, name)))
 
@@ -353,10 +383,7 @@ def history(alias: str) -> str:
         "WHERE m.target = $target ORDER BY m.committed_at DESC",
         read="duckdb",
     )
-    for tbl in tree.find_all(exp.Table):
-        if isinstance(tbl.this, exp.Anonymous) and tbl.this.name == "snapshots":
-            tbl.set("db", q.ident(alias))
-    return q.render(tree)
+    return q.render(expand_members(tree, alias))
 
 
 # --- defer (lakewrap.substrates.ducklake.defer) ----------------------------------------------------

@@ -302,7 +302,10 @@ def materializations(alias: str, by: str) -> str:
                expression=exp.func("coalesce", q.col("partition_value", "m"), q.string(""))),
         copy=False,
     )
-    snapshots = q.aliased(exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias)), "s")
+    from lakewrap.compilers.lake import member_snapshots
+
+    snapshots = member_snapshots(alias)  # a group commit: each member's own entry (docs/running.md)
+    snapshots.set("alias", exp.TableAlias(this=q.ident("s")))
     source = q.aliased(q.table("lakewrap", "materializations"), "m")
     where = exp.EQ(this=q.col(by, "s" if by == "snapshot_id" else "m"), expression=q.param("value"))
     select = (exp.select(*cols, copy=False).from_(source, copy=False)

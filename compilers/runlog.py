@@ -184,7 +184,6 @@ def append_records(alias: str) -> str:
     commit_extra_info names the run, target and partition, and ``full_refresh`` when it dropped the
     table first). A record whose snapshot was expired sorts first."""
     import sqlglot
-    from sqlglot import exp
 
     from lakewrap.compilers import sql as q
 
@@ -197,10 +196,9 @@ def append_records(alias: str) -> str:
         "WHERE m.target = $target ORDER BY s.snapshot_id NULLS FIRST, m.committed_at",
         read="duckdb",
     )
-    for tbl in tree.find_all(exp.Table):
-        if isinstance(tbl.this, exp.Anonymous) and tbl.this.name == "snapshots":
-            tbl.set("db", q.ident(alias))
-    return q.render(tree)
+    from lakewrap.compilers.lake import expand_members
+
+    return q.render(expand_members(tree, alias))
 
 
 def _same_step(partition: exp.Expr) -> exp.Expr:
@@ -230,7 +228,8 @@ def step_materialization() -> str:
 
 def step_snapshot(alias: str) -> str:
     """The snapshot whose commit message names run ``$run_id``, ``$target`` and ``$partition`` (the
-    ``extra_info`` the executor writes in the materialization's own transaction)."""
+    ``extra_info`` the executor writes in the materialization's own transaction; a group commit's
+    entry for the step among its members)."""
     from sqlglot import exp
 
     from lakewrap.compilers import sql as q
@@ -241,8 +240,9 @@ def step_snapshot(alias: str) -> str:
     where = exp.and_(exp.EQ(this=extra("run_id"), expression=q.param("run_id")),
                      exp.EQ(this=extra("target"), expression=q.param("target")),
                      exp.NullSafeEQ(this=extra("partition"), expression=q.param("partition")))
-    return q.render(exp.select(exp.Max(this=exp.column("snapshot_id"))).from_(
-        exp.Table(this=exp.Anonymous(this="snapshots"), db=q.ident(alias))).where(where))
+    from lakewrap.compilers.lake import member_snapshots
+
+    return q.render(exp.select(exp.Max(this=exp.column("snapshot_id"))).from_(member_snapshots(alias)).where(where))
 
 
 def last_step(dialect: Dialect, catalog: str | None = None) -> str:

@@ -327,14 +327,16 @@ class Checker:
                 "SELECT snapshot_id, author, commit_message, commit_extra_info FROM lake.snapshots() "
                 "WHERE commit_extra_info IS NOT NULL").fetchall():
             info = json.loads(extra)
-            if info.get("target") in live:
-                infos[sid] = (author, message, info)
-        assert sorted(infos) == sorted(c.snapshot_id for c in self.commits if c.target in live), \
+            for entry in info.get("members", [info]):  # a group commit: one entry per materialization
+                if entry.get("target") in live:
+                    infos[(sid, entry["target"], entry.get("partition"))] = (author, message, entry)
+        assert sorted(infos, key=repr) == sorted(((c.snapshot_id, c.target, c.partition) for c in self.commits
+                                                  if c.target in live), key=repr), \
             "the snapshots carrying lakewrap commit info are not exactly the committed materializations"
         for c in self.commits:
             if c.target not in live:
                 continue
-            author, message, info = infos[c.snapshot_id]
-            assert author == "lakewrap" and c.target in message
+            author, message, info = infos[(c.snapshot_id, c.target, c.partition)]
+            assert author == "lakewrap" and (c.target in message or info.get("group"))
             assert (info["run_id"], info["target"], info["partition"], info["strategy"], info["sql_sha256"]) == (
                 c.run_id, c.target, c.partition, c.strategy, c.sql_sha256), f"snapshot {c.snapshot_id}: {info}"

@@ -178,8 +178,9 @@ def test_signals_across_the_commit_window_leave_the_run_log_equal_to_the_lake_on
     for trial in range(24):
         sig = (signal.SIGINT, signal.SIGTERM)[trial % 2]
         trigger.arm(rng.randint(1, 2), DELAYS_MS[trial % len(DELAYS_MS)] / 1000, sig)
+        # --no-group: the signal window of each day's own COMMIT (group commit: tests/test_group_commit.py)
         code, out, err = cli("backfill", "--project", str(root), "--start", DAYS[0], "--end", DAYS[1],
-                             "--format", "json")
+                             "--format", "json", "--no-group")
         signalled = trigger.settle()
         doc = json.loads(out)
         assert code == (0 if doc["status"] == "success" else 1), err
@@ -199,6 +200,8 @@ def test_signals_across_the_commit_window_leave_the_run_log_equal_to_the_lake_on
 class Forgetful(ThreadRunner):
     """Real thread steps whose report of the first day is lost after its COMMIT, as when a worker
     process dies after committing: the step comes back ``failed`` with no snapshot."""
+
+    groups = False  # one step per submit: the report lost is one step's
 
     def submit(self, task: Task, done: Any) -> None:
         def lost(t: Task, r: Result) -> None:
@@ -339,7 +342,7 @@ def test_signals_to_real_lakewrap_processes(tmp_path: Path) -> None:
     """Two trials through the `lakewrap` command in a process of its own: a backfill (SIGTERM) and a
     seed (SIGINT), on a DuckLake (a process each costs its imports: 1-2 s on a quiet machine)."""
     root = write(tmp_path / "p", {"main/daily.sql": DAILY})
-    check_ducklake(root, signal_at_commit(root, ["backfill", "--start", DAYS[0], "--end", DAYS[1]],
+    check_ducklake(root, signal_at_commit(root, ["backfill", "--start", DAYS[0], "--end", DAYS[1], "--no-group"],
                                           signal.SIGTERM, 0.001))
     (root / "seeds" / "raw").mkdir(parents=True)
     for name in ("a", "b", "c"):
@@ -427,7 +430,8 @@ def test_a_cancelled_run_prints_its_resume_command_and_the_resume_counts_every_s
         tmp_path: Path, trigger: Trigger) -> None:
     root = write(tmp_path / "my project", {"main/daily.sql": DAILY})
     trigger.arm(2, 0.0, signal.SIGINT)  # just as the second of three days commits
-    code, out, _ = cli("backfill", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-03")
+    code, out, _ = cli("backfill", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-03",
+                       "--no-group")  # a signal at one day's own COMMIT
     assert trigger.settle() and code == 1
     (run_id,) = [row[0] for row in query(root, "SELECT run_id FROM lakewrap_runs")]
     assert f"finish it with: lakewrap resume {run_id} --project '{root}'\n" in out

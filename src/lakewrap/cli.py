@@ -183,6 +183,15 @@ def parallel_options(fn: F) -> F:
     return fn
 
 
+def group_options(fn: Any) -> Any:
+    """``--no-group`` and ``--atomic`` (docs/running.md, "Group commit and --atomic")."""
+    fn = click.option("--atomic", is_flag=True,
+                      help="Publish every selected model and partition in one commit, or nothing.")(fn)
+    fn = click.option("--no-group", "no_group", is_flag=True,
+                      help="One transaction per (model, partition): no group commit ([run] group_commit).")(fn)
+    return fn
+
+
 reappend_option = click.option(
     "--reappend", is_flag=True,
     help="Append again the partitions of append models that are already recorded (duplicates their rows).")
@@ -203,19 +212,21 @@ reappend_option = click.option(
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @parallel_options
+@group_options
 @project_option
 @handled
 def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
             end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, stale: bool, reappend: bool,
             now: str | None, fmt: str, workers: int | None, executor: str, scheduler: str | None,
-            project: Path) -> None:
-    """Materialize the selected models in dependency order, one transaction per partition."""
+            no_group: bool, atomic: bool, project: Path) -> None:
+    """Materialize the selected models in dependency order, one transaction per partition (several
+    at once on a DuckLake: group commit; --atomic: the whole run)."""
     from lakewrap.runner import run_project
 
     report = run_project(project, selectors, exclude=exclude, partition=partition, start=start, end=end,
                          full_refresh=full_refresh, strict=strict, now=logical_time(now), workers=workers,
                          executor=executor, scheduler=scheduler, fail_fast=fail_fast, stale=stale,
-                         reappend=reappend)
+                         reappend=reappend, group=False if no_group else None, atomic=atomic)
     _emit_run(report, fmt)
 
 
@@ -300,11 +311,12 @@ def _emit_tests(report: Any) -> None:
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @parallel_options
+@group_options
 @project_option
 @handled
 def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tuple[str, ...], missing_only: bool,
                  reappend: bool, fail_fast: bool, strict: bool, now: str | None, fmt: str, workers: int | None,
-                 executor: str, scheduler: str | None, project: Path) -> None:
+                 executor: str, scheduler: str | None, no_group: bool, atomic: bool, project: Path) -> None:
     """Materialize every partition from --start to --end, in dependency order per partition."""
     from lakewrap.progress import for_terminal, summary
     from lakewrap.runner import run_project
@@ -312,7 +324,8 @@ def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tupl
     report = run_project(project, selectors, exclude=exclude, start=start, end=end, strict=strict,
                          now=logical_time(now), workers=workers, executor=executor, scheduler=scheduler,
                          fail_fast=fail_fast, missing_only=missing_only, command="backfill",
-                         progress=for_terminal(fmt), reappend=reappend)
+                         progress=for_terminal(fmt), reappend=reappend, group=False if no_group else None,
+                         atomic=atomic)
     _emit_summary(report, fmt, summary(report))
 
 

@@ -284,6 +284,9 @@ class RunConfig(Frozen):
 
     retries: Annotated[int, Meta(ge=0)] = 19  # per model, retryable errors only; ``-- retry N`` overrides
     workers: Annotated[int | None, Meta(ge=1)] = None  # default: one per core
+    # several materializations in one lake transaction where the substrate can (docs/running.md,
+    # "Group commit and --atomic"); false: one transaction per (model, partition), as --no-group
+    group_commit: bool = True
 
 
 class MaintainConfig(Frozen):

@@ -60,6 +60,8 @@ def run_project(
     progress: Any = None,
     stale: bool = False,
     reappend: bool = False,
+    group: bool | None = None,
+    atomic: bool = False,
 ) -> RunReport:
     """Materialize the selected models of the project at ``root`` (see :mod:`lakewrap.scheduler`).
 
@@ -67,6 +69,8 @@ def run_project(
     ``dask`` executors, one for threads: :func:`lakewrap.scheduler.default_workers`); ``executor`` is
     ``auto``, ``thread``, ``process``, ``dask`` or a callable ``fn(task) -> Result``. An ``append``
     partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`).
+    ``group``: group commit (None: ``[run] group_commit``; :mod:`lakewrap.grouping`); ``atomic``:
+    every step in one commit, or none.
 
     Example:
         >>> report = run_project(Path("examples/shop"), ["orders+"], partition="2024-01-02")  # doctest: +SKIP
@@ -78,7 +82,8 @@ def run_project(
     opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
                             end=end, full_refresh=full_refresh, strict=strict, now=now, workers=workers,
                             executor=executor, scheduler=scheduler, fail_fast=fail_fast,
-                            missing_only=missing_only, command=command, stale=stale, reappend=reappend)
+                            missing_only=missing_only, command=command, stale=stale, reappend=reappend,
+                            group=group, atomic=atomic)
     return sched.run(root, opts, run_id=run_id, progress=progress)
 
 

@@ -45,7 +45,7 @@ from lakewrap import tracing
 from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
 from lakewrap.config import load_config
 from lakewrap.contracts_graph import catalog_of, check_run
-from lakewrap.errors import Location, PlanError, ProjectError, StateError
+from lakewrap.errors import Location, PlanError, ProjectError, StateError, UnsupportedError
 from lakewrap.execute.executor import Result
 from lakewrap.hooks import RunHooks
 from lakewrap.hooks import check_config as check_hooks
@@ -85,13 +85,15 @@ class RunOptions:
     command: str = "run"
     stale: bool = False  # only the partitions whose inputs changed since they were built (lakewrap.stale)
     reappend: bool = False  # append again the partitions of append models that are already recorded
+    group: bool | None = None  # group commit (None: ``[run] group_commit``); False: --no-group
+    atomic: bool = False  # every step in one commit, or none (--atomic)
 
     def to_args(self) -> dict[str, Any]:
         return {"selectors": list(self.selectors), "exclude": list(self.exclude), "partition": self.partition,
                 "start": self.start, "end": self.end, "full_refresh": self.full_refresh, "strict": self.strict,
                 "now": self.now.isoformat() if self.now else None, "fail_fast": self.fail_fast,
                 "missing_only": self.missing_only, "command": self.command, "stale": self.stale,
-                "reappend": self.reappend}
+                "reappend": self.reappend, "group": self.group, "atomic": self.atomic}
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> RunOptions:
@@ -101,7 +103,8 @@ class RunOptions:
                    full_refresh=bool(args.get("full_refresh")), strict=bool(args.get("strict")), now=now,
                    fail_fast=bool(args.get("fail_fast")), missing_only=bool(args.get("missing_only")),
                    command=args.get("command") or "run", stale=bool(args.get("stale")),
-                   reappend=bool(args.get("reappend")))
+                   reappend=bool(args.get("reappend")), group=args.get("group"),
+                   atomic=bool(args.get("atomic")))
 
 
 def default_workers(executor: Any = "process") -> int:
@@ -184,8 +187,15 @@ class Scheduler:
 
     def __init__(self, steps: list[Step], runner: StepRunner, workers: int, log: RunLog, report: RunReport,
                  fail_fast: bool, progress: Progress | None,
-                 resolve: Callable[[Result], Result] | None = None, per_target: int = 1) -> None:
+                 resolve: Callable[[Result], Result] | None = None, per_target: int = 1,
+                 groupable: Callable[[Step], bool] | None = None, atomic: bool = False) -> None:
         self.steps = steps
+        # group commit (lakewrap.grouping): which steps may share a commit (None: no grouping)
+        self.groupable = groupable or (lambda step: False)
+        self.grouping = groupable is not None or atomic
+        self.atomic = atomic
+        self.unit_of: dict[int, str] = {}  # step index -> the group (or step) it was submitted in
+        self.units: dict[str, int] = {}  # group -> its members in flight
         # steps of one target in flight at once: 1 (one writer per table), or more on a lake whose
         # commits are optimistic and retried (Iceberg: ``parallel_writers`` of its lake handle)
         self.per_target = max(1, per_target)
@@ -221,6 +231,11 @@ class Scheduler:
         self.log.step(result)
         if self.on_finish is not None:
             self.on_finish(result)
+        if result.group is not None:  # the run log's lines say which group commit a step was in
+            self.log.line("info", result.target, result.partition,
+                          f"{'committed' if result.status in ('success', 'unchanged') else result.status} "
+                          f"in group {result.group}" + (f" (snapshot {result.snapshot_id})"
+                                                        if result.snapshot_id is not None else ""))
         if self.progress:
             self.progress("step", result)
 
@@ -236,6 +251,43 @@ class Scheduler:
             if dep.status in ("failed", "skipped", "cancelled"):
                 return dep
         return None
+
+    def skip_blocked(self, step: Step, blocker: Step) -> None:
+        """Record ``step`` ``skipped``: ``blocker``, a step it depends on, did not commit."""
+        t = blocker.task
+        why = (f"an upstream model failed in this run: {t.target}" + (f" {t.partition}" if t.partition else "")
+               if blocker.status == "failed" else self.results[blocker.index].error or "not run")
+        self._finish(step, step.task.skipped("skipped", why))
+
+    def _submit_groups(self) -> int:
+        """Submit the groups that may start now (lakewrap.grouping); the steps submitted."""
+        from lakewrap.grouping import new_group_id, next_groups
+
+        if self.atomic:
+            if self.units or any(s.index in self.unit_of for s in self.steps):
+                return 0  # the one group of the run is submitted once
+            groups = [[s for s in self.steps if s.status == "pending"]]
+        else:
+            groups = next_groups(self, self.workers - len(self.units))
+        started = 0
+        for group in groups:
+            if not group:
+                continue
+            gid = new_group_id() if len(group) > 1 or self.atomic else f"step-{group[0].index}"
+            for step in group:
+                step.status = "running"
+                self.busy[step.task.target] += 1
+                self.unit_of[step.index] = gid
+            self.units[gid] = len(group)
+            started += len(group)
+            if len(group) == 1 and not self.atomic:
+                self.runner.submit(group[0].task, lambda t, r: self.done.put((t, r)))
+            else:
+                from lakewrap.grouping import GROUP_SECONDS
+
+                self.runner.submit_group([s.task for s in group], gid, lambda t, r: self.done.put((t, r)),
+                                         atomic=self.atomic, seconds=GROUP_SECONDS)
+        return started
 
     def _ready(self, inflight: int) -> list[Step]:
         """Resolve skips, then the steps to start now (deps all committed; at most ``per_target``
@@ -261,11 +313,7 @@ class Scheduler:
                         continue
                     blocker = self._blocked_by(step)
                     if blocker is not None:
-                        t = blocker.task
-                        why = (f"an upstream model failed in this run: {t.target}" + (
-                            f" {t.partition}" if t.partition else "")
-                               if blocker.status == "failed" else self.results[blocker.index].error or "not run")
-                        self._finish(step, step.task.skipped("skipped", why))
+                        self.skip_blocked(step, blocker)
                         changed = True
                         continue
                     committed = all(self.steps[d].status in ("success", "unchanged", "done") for d in step.deps)
@@ -280,7 +328,9 @@ class Scheduler:
     def run(self) -> None:
         inflight = 0
         while True:
-            if not (self.cancelled.is_set() or self.stopping):
+            if not (self.cancelled.is_set() or self.stopping) and self.grouping:
+                inflight += self._submit_groups()
+            elif not (self.cancelled.is_set() or self.stopping):
                 for step in self._ready(inflight):
                     step.status = "running"
                     self.busy[step.task.target] += 1
@@ -297,6 +347,11 @@ class Scheduler:
             inflight -= 1
             self.busy[task.target] -= 1
             step = self.steps[self.index[(task.target, task.partition)]]
+            unit = self.unit_of.get(step.index)
+            if unit is not None:
+                self.units[unit] -= 1
+                if not self.units[unit]:
+                    del self.units[unit]
             if self.resolve is not None:
                 result = self.resolve(result)
             self._finish(step, settle(result, self.cancelled))
@@ -342,6 +397,8 @@ def prepare(root: Path, opts: RunOptions, run_id: str | None) -> Prepared:
     else:
         partitions = plan_partitions(selected, opts.partition, opts.start, opts.end)
     check_grains(project, selected)
+    if opts.atomic:
+        check_atomic(selected)
     config = load_config(root)
     check_hooks(root, config)  # every [hooks] script there, before anything runs
     workers = opts.workers or config.run.workers or default_workers(opts.executor)
@@ -395,6 +452,12 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
             runner.cache = prep.cache
         runner.start(lake, prep.project, con)
         stack.callback(runner.close)
+        if opts.atomic and not (substrate.group_commit and runner.groups):
+            raise UnsupportedError(
+                "--atomic needs one transaction over several tables: "
+                + (f"the `{runner.kind}` executor commits each step in its own" if substrate.group_commit
+                   else f"the `{substrate.name}` substrate commits each table on its own"),
+                hint="run --atomic on a DuckLake with the default (thread) executor (docs/running.md)")
         todo = [s for s in prep.steps if s.status == "pending"]
         # a resumed run's counts cover every step of the run: those it committed before, too
         report.earlier = sum(s.status == "done" and s.reason == RESUMED for s in prep.steps)
@@ -408,9 +471,12 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 log.line("info", s.task.target, s.task.partition, s.reason)
         report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": s.reason}
                             for s in prep.steps if s.status == "done"]
+        grouped = (opts.group if opts.group is not None else config.run.group_commit) and (
+            substrate.group_commit and runner.groups)
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
                               lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result),
-                              per_target=runner.workers if lake.parallel_writers else 1)
+                              per_target=runner.workers if lake.parallel_writers else 1,
+                              groupable=_groupable(prep.project) if grouped else None, atomic=opts.atomic)
         if control is not None:
             control(scheduler.cancel)
         if trace is not None:
@@ -447,6 +513,24 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
     if progress:
         progress("end", report)
     return report
+
+
+def _groupable(project: Project) -> Callable[[Step], bool]:
+    from lakewrap.grouping import groupable
+
+    return lambda step: groupable(project, step.task.target)
+
+
+def check_atomic(selected: Sequence[ModelSpec]) -> None:
+    """``--atomic`` runs every step inside one transaction: a Python model's function and a model's
+    hooks run around a commit of their own, so they are refused before anything runs."""
+    from lakewrap.grouping import groupable_spec
+
+    for spec in selected:
+        why = groupable_spec(spec)
+        if why is not None:
+            raise PlanError(f"{spec.path}: --atomic cannot run {why} (it runs around a commit of its own)",
+                            hint="run it without --atomic, or leave it out with --exclude")
 
 
 def skip_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any, resuming: bool) -> None:

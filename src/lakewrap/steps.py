@@ -157,6 +157,18 @@ def plan_model(spec: ModelSpec, value: str | None, now: datetime, *, substrate: 
     return plan
 
 
+def compile_step(lake: Any, con: Any, spec: ModelSpec, value: str | None, now: datetime,
+                 cache: _Cache | None) -> Any:
+    """The compiled plan of one step with what the lake knows (the substrate's ``plan_step``), its
+    test files read. Raises what planning raises."""
+    plan = resolve(lake.config).plan_step(lake, con, spec, value, now)
+    if spec.tests:
+        from lakewrap.testfiles import read_test_files
+
+        plan = read_test_files(plan, lake.root)
+    return compile_plan(plan, cache)
+
+
 def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value: str | None, now: datetime,
                      cache: _Cache | None, *, drop_first: bool = False) -> Result:
     """Plan, compile and run one step on ``lake`` (any substrate's handle) through ``executor`` (its
@@ -169,12 +181,7 @@ def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value:
 
             ran = run_model(substrate, lake, con, spec, value, now)
             spec = ran.spec
-        plan = substrate.plan_step(lake, con, spec, value, now)
-        if spec.tests:
-            from lakewrap.testfiles import read_test_files
-
-            plan = read_test_files(plan, lake.root)
-        compiled = compile_plan(plan, cache)
+        compiled = compile_step(lake, con, spec, value, now, cache)
     except Exception as exc:  # a LakewrapError, or the column probe's DuckDB error (it ran the model's SELECT)
         failed = Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
                         status="failed", error_class=type(exc).__name__)

@@ -34,7 +34,7 @@ from typing import Any
 
 from lakewrap.errors import ConfigError, ExecutionError, Location
 from lakewrap.execute import statements as sql
-from lakewrap.execute.executor import Result, RetryPolicy
+from lakewrap.execute.executor import GroupStep, Result, RetryPolicy
 from lakewrap.signals import settle
 from lakewrap.substrates.registry import resolve
 
@@ -118,6 +118,37 @@ def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading
     return settle(result, cancelled)
 
 
+def run_group_task(tasks: list[Task], con: Any, lake: Any, project: Any, cancelled: threading.Event,
+                   cache: Any = None, *, group_id: str, atomic: bool = False, seconds: float = 30.0) -> list[Result]:
+    """Several steps in one lake transaction (the substrate's ``run_group``): a result per task, in
+    order. Members planned before the transaction unless ``atomic`` (an upstream may exist only
+    inside it); a member whose plan fails is reported as a step's would be."""
+    from functools import partial
+
+    from lakewrap.steps import compile_step
+
+    first = tasks[0]
+    substrate = resolve(lake.config)
+    executor = substrate.materializer(lake, first.run_id, Path(first.root) / "target" / "run" / first.run_id,
+                                      policy=RetryPolicy(attempts=first.attempts), strict=first.strict)
+    if not isinstance(con, Guarded):
+        con = Guarded(con, cancelled, lake.statement_lock if lake.is_shared else None)
+    steps = []
+    for task in tasks:
+        spec = project.models[task.target]
+        template = Result(model=spec.path, target=task.target, partition=task.partition, strategy=task.strategy,
+                          status="failed", group=group_id)
+        steps.append(GroupStep(template, spec, partial(compile_step, lake, con, spec, task.partition,
+                                                       datetime.fromisoformat(task.now), cache),
+                               task.drop_first, task.attempts))
+    results = substrate.run_group(executor, con, steps, group_id=group_id, atomic=atomic, seconds=seconds,
+                                  cancelled=cancelled)
+    for result in results:
+        result.group = group_id
+        settle(result, cancelled)
+    return results
+
+
 Done = Callable[[Task, Result], None]
 
 
@@ -134,6 +165,13 @@ class StepRunner:
         their commits)."""
 
     def submit(self, task: Task, done: Done) -> None:
+        raise NotImplementedError
+
+    groups = False  # whether submit_group commits its tasks in one transaction (the thread runner)
+
+    def submit_group(self, tasks: list[Task], group_id: str, done: Done, *, atomic: bool = False,
+                     seconds: float = 30.0) -> None:
+        """Several tasks in one lake transaction (only when :attr:`groups`)."""
         raise NotImplementedError
 
     def cancel(self) -> None:
@@ -199,6 +237,40 @@ class ThreadRunner(StepRunner):
         assert self.pool is not None
         self.pool.submit(self._run, task, done)
 
+    groups = True
+
+    def submit_group(self, tasks: list[Task], group_id: str, done: Done, *, atomic: bool = False,
+                     seconds: float = 30.0) -> None:
+        assert self.pool is not None
+        self.pool.submit(self._run_group, tasks, group_id, done, atomic, seconds)
+
+    def _run_group(self, tasks: list[Task], group_id: str, done: Done, atomic: bool, seconds: float) -> None:
+        try:
+            con = self._con()
+            guarded = Guarded(con, self.cancelled, self.lake.statement_lock if self.lake.is_shared else None)
+            with self.lock:
+                self.active[threading.get_ident()] = guarded
+            try:
+                results = run_group_task(tasks, guarded, self.lake, self.project, self.cancelled, self.cache,
+                                         group_id=group_id, atomic=atomic, seconds=seconds)
+            finally:
+                with self.lock:
+                    self.active.pop(threading.get_ident(), None)
+                if self.single is None:
+                    with self.lake.statement_lock:
+                        with contextlib.suppress(Exception):
+                            con.execute(sql.ROLLBACK)
+                        with contextlib.suppress(Exception):
+                            self.lake.close(con)
+        except BaseException as exc:  # a bug or a lost connection: every member failed, none committed
+            results = []
+            for task in tasks:
+                r = task.skipped("failed", f"{task.model}: {type(exc).__name__}: {exc}")
+                r.error_class, r.group = type(exc).__name__, group_id
+                results.append(r)
+        for task, result in zip(tasks, results, strict=True):
+            done(task, result)
+
     def cancel(self) -> None:
         self.cancelled.set()
         with self.lock:
@@ -215,6 +287,7 @@ class CallableRunner(ThreadRunner):
     """``fn(task) -> Result`` on threads: the pluggable executor of the Python API."""
 
     kind = "callable"
+    groups = False  # the callable runs one task: each is its own commit
 
     def __init__(self, fn: Callable[[Task], Result], workers: int) -> None:
         super().__init__(workers)

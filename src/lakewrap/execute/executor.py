@@ -32,7 +32,8 @@ from lakewrap.execute.retry import RETRYABLE, RetryPolicy, is_retryable, retry_r
 
 Status = Literal["success", "unchanged", "failed", "skipped", "cancelled"]
 
-__all__ = ["RETRYABLE", "Job", "Materializer", "Result", "RetryPolicy", "StrictRefusal", "Tally", "is_retryable"]
+__all__ = ["RETRYABLE", "GroupStep", "Job", "Materializer", "Result", "RetryPolicy", "StrictRefusal", "Tally",
+           "is_retryable"]
 
 
 @dataclass
@@ -66,6 +67,8 @@ class Result:
     log_lines: list[str] = field(default_factory=list)  # a Python model's ctx.log(...) lines (the run log's)
     # the model's hooks that ran around it (lakewrap.hooks.HookRun as dicts)
     hooks: list[dict[str, Any]] = field(default_factory=list)
+    # the group commit it was committed in, or rolled back with (docs/running.md, "Group commit and --atomic")
+    group: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -112,6 +115,20 @@ class Job:
     drop_first: bool = False
     inputs: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupStep:
+    """One step handed to a substrate's ``run_group``: its result so far (model, target, partition,
+    strategy), its model's spec, how to compile its plan (called before the group's transaction,
+    or inside it for ``--atomic``), whether it drops the table first, and its attempts when it runs
+    alone (1 + the model's retries)."""
+
+    result: Result
+    spec: Any
+    plan: Callable[[], CompiledPlan]
+    drop_first: bool = False
+    attempts: int = 1
 
 
 @dataclass

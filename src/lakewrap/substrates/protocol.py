@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from lakewrap.compilers.artifacts import CompiledPlan, Window
     from lakewrap.compilers.base import Capabilities, Compiler
     from lakewrap.config import LakeConfig, ProjectConfig
-    from lakewrap.execute.executor import Result
+    from lakewrap.execute.executor import GroupStep, Result
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.jobstore import JobStore
     from lakewrap.maintain import MaintainReport
@@ -276,6 +276,16 @@ class Substrate:
         raise UnsupportedError(f"{spec.path}: the `{self.name}` substrate does not run Python models",
                                hint="run Python models on ducklake or iceberg (docs/python-models.md)")
         yield  # pragma: no cover - a generator
+
+    # Whether :meth:`run_group` commits several steps in one transaction (docs/running.md, "Group
+    # commit and --atomic"); False: every step is its own commit and ``--atomic`` is refused.
+    group_commit: ClassVar[bool] = False
+
+    def run_group(self, materializer: Any, con: Any, steps: list[GroupStep], *, group_id: str,
+                  atomic: bool = False, seconds: float = 30.0, cancelled: Any = None) -> list[Result]:
+        """Several steps in one lake transaction: a result per step, in order; a reader sees all the
+        committed ones or none (``atomic``: all of them or none). Only when :attr:`group_commit`."""
+        raise NotImplementedError
 
     def run_input(self, materializer: Any, con: Any, compiled: CompiledPlan, name: str, data: Any) -> Result:
         """``lakewrap.materialize()``: ``compiled`` reads ``data`` (Arrow, pandas) registered as ``name``."""

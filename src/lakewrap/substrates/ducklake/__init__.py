@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from lakewrap.compilers.artifacts import CompiledPlan
     from lakewrap.compilers.base import Compiler
     from lakewrap.config import LakeConfig, ProjectConfig
-    from lakewrap.execute.executor import Result
+    from lakewrap.execute.executor import GroupStep, Result
     from lakewrap.execute.lake import Lake
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.jobstore import JobStore
@@ -72,6 +72,18 @@ class DuckLake(Substrate):
         reads = tuple(str(u) for u in spec.all_upstreams) if materializer.lake.defer is not None else ()
         return materializer.materialize(con, compiled, reads=reads, drop_first=drop_first, inputs=inputs,
                                         provenance=provenance)
+
+    group_commit = True
+
+    def run_group(self, materializer: Executor, con: Any, steps: list[GroupStep], *, group_id: str,
+                  atomic: bool = False, seconds: float = 30.0, cancelled: Any = None) -> list[Result]:
+        """Steps in one DuckLake transaction (:mod:`lakewrap.substrates.ducklake.group`)."""
+        from lakewrap.substrates.ducklake.group import Member, commit_group
+
+        defer = materializer.lake.defer is not None
+        members = [Member.of(s, defer) for s in steps]
+        return commit_group(materializer, con, members, group_id=group_id, atomic=atomic, seconds=seconds,
+                            cancelled=cancelled).results
 
     @contextmanager
     def python_reads(self, lake: Lake, con: Any, spec: ModelSpec) -> Iterator[tuple[Any, Any, dict[str, Any]]]:

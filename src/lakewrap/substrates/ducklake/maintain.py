@@ -57,7 +57,11 @@ def protected_snapshots(records: Sequence[tuple[Any, ...]], snaps: Sequence[tupl
             info = json.loads(extra)
         except ValueError:
             continue
-        if isinstance(info, dict) and (info.get("run_id"), info.get("target"), info.get("partition")) in owners:
+        entries: list[Any] = (info["members"] if isinstance(info, dict) and isinstance(info.get("members"), list)
+                              else [info])
+        # a group commit's snapshot: kept while any of its members' records is (docs/running.md)
+        if any(isinstance(e, dict) and (e.get("run_id"), e.get("target"), e.get("partition")) in owners
+               for e in entries):
             keep.add(int(snapshot_id))
     return keep
 

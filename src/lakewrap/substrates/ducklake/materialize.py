@@ -34,6 +34,26 @@ from lakewrap.outcome import SNAPSHOT_UNREAD
 
 
 @dataclass
+class Written:
+    """One materialization written in an open transaction, not committed yet: what its commit
+    message records (``extra``, ``message``)."""
+
+    target: str
+    sql_sha256: str
+    unchanged: bool
+    extra: dict[str, Any]
+    message: str
+
+    def landed(self, executor: Executor, result: Result, snapshot: int | None, warning: str | None) -> None:
+        """The transaction that holds it committed as ``snapshot``."""
+        result.status = "unchanged" if self.unchanged else "success"
+        executor.fences[self.target] = self.sql_sha256
+        result.snapshot_id = snapshot
+        if warning is not None:
+            result.warnings.append(warning)
+
+
+@dataclass
 class Executor(Materializer):
     """Runs compiled plans on one DuckLake lake, for one run id."""
 
@@ -60,6 +80,48 @@ class Executor(Materializer):
     # --- one attempt ----------------------------------------------------------------------------
 
     def attempt(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int) -> None:
+        fenced_sha = self._fence(con, job.compiled.target, log)
+        log.run(con, sql.BEGIN)
+        pin = log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0]
+        written = self.write(con, job, result, log, attempt, pin, fenced_sha)
+        if written is None:  # a first run with nothing to version writes nothing, no table either
+            log.run(con, sql.ROLLBACK)
+            result.status = "unchanged"
+            return
+        commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (committed_snapshot)
+        written.extra["commit_id"] = commit_id
+        log.run(con, sql.set_commit_message(self.lake.alias),
+                {"author": "lakewrap", "message": written.message, "extra_info": json.dumps(written.extra)})
+        snapshot, warning = self.commit(con, log, pin, commit_id)
+        # Committed: nothing after this point may turn the result into a failure or a retry (a
+        # retry would apply the write twice, e.g. an append).
+        written.landed(self, result, snapshot, warning)
+
+    def commit(self, con: Any, log: StatementLog, pin: int, commit_id: str) -> tuple[int | None, str | None]:
+        """COMMIT the open transaction (raises when it did not land): its snapshot id, or None and
+        a warning when the id could not be read."""
+        if self.before_commit is not None:
+            self.before_commit(con)
+        try:
+            log.run(con, sql.COMMIT)
+        except Exception as exc:
+            return self.commit_outcome(con, log, pin, commit_id, exc), None  # raises when it did not land
+        try:
+            return self.committed_snapshot(con, log, pin, commit_id), None
+        except Exception as exc:
+            return None, f"{SNAPSHOT_UNREAD}: {str(exc).strip()}"  # the coordinator reads it
+
+    def write(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int, pin: int,
+              fenced_sha: str | None, group_reads: tuple[str, ...] = (),
+              bootstrapped: set[str] | None = None) -> Written | None:
+        """One materialization's statements, tests and state rows inside the open transaction that
+        read snapshot ``pin`` (its own, or a group's: :mod:`lakewrap.substrates.ducklake.group`);
+        what its commit message records, or None when a first run has nothing to write (a
+        snapshot model with nothing to version). ``group_reads``: upstream tables an earlier
+        member of the same transaction wrote (``--atomic``), recorded with the pins;
+        ``bootstrapped``: the bootstrap statements an earlier member of the same table ran in this
+        transaction, not run again (DuckLake 1.5.5 refuses ``SET PARTITIONED BY`` on a table with
+        transaction-local inlined rows; the layout is set already). Raises on failure."""
         compiled, drop_first = job.compiled, job.drop_first
         tally = Tally()
         result.tests.clear()
@@ -67,10 +129,7 @@ class Executor(Materializer):
         outcomes: list[checks.TestOutcome] = []
         schema_check = compiled.schema_check
         started_at = datetime.now(timezone.utc)
-        fenced_sha = self._fence(con, compiled.target, log)
         create_fence = fenced_sha is None
-        log.run(con, sql.BEGIN)
-        pin = log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0]
         deferred = self.lake.defer
         views: tuple[list[str], list[str], list[str]] = ([], [], [])
         if deferred is not None and job.reads:  # reads the own lake lacks: from the other env's lake
@@ -94,6 +153,11 @@ class Executor(Materializer):
             if st.role == "test":  # write-audit-publish: the written rows, before COMMIT
                 self.run_test(con, st, result, log, outcomes)
                 continue
+            if bootstrapped is not None and st.role == "bootstrap" and st.effect is None:
+                if st.sql in bootstrapped:
+                    log.note("bootstrap statement run by an earlier member of this transaction: not again")
+                    continue
+                bootstrapped.add(st.sql)
             self.counted(con, st, log, tally, lambda: self._count(con, compiled.target, log))
             if schema_check is not None and st.role == "bootstrap":
                 # right after CREATE TABLE IF NOT EXISTS, before any other bootstrap (SET PARTITIONED
@@ -107,16 +171,16 @@ class Executor(Materializer):
         # A snapshot (SCD2) model with nothing to change writes no data but commits its record: it
         # read the upstreams at ``pin`` and found the history current, so ``--stale`` clears it.
         unchanged = compiled.strategy == "snapshot" and tally.unchanged
-        if unchanged and create_fence:  # a first run with nothing to version writes nothing, no table either
-            log.run(con, sql.ROLLBACK)
-            result.status = "unchanged"
-            return
+        if unchanged and create_fence:
+            return None
         if warning := emptied(compiled.path, tally.stage_rows, inserted, deleted, self.strict):
             result.warnings.append(warning)
         watermark = None
         if (window := compiled.window) and window.kind == "dynamic":
             watermark = datetime.fromisoformat(window.end)
-        pins = {"snapshot": pin, **job.provenance}
+        pins: dict[str, Any] = {"snapshot": pin, **job.provenance}
+        if group_reads:  # read as this transaction had written them: as of its own snapshot
+            pins["group_reads"] = list(group_reads)
         if views[0]:
             deferred.close_views(con, compiled.target, views[1], views[2], log)
             pins["deferred"] = deferred.record(views[0])
@@ -136,11 +200,10 @@ class Executor(Materializer):
                 "sql_sha256": compiled.sql_sha256,
                 "statements": json.dumps([s.dump(exclude={"params"}) for s in compiled.statements]),
             })
-        commit_id = uuid.uuid4().hex  # finds this commit's snapshot afterwards (committed_snapshot)
         extra: dict[str, Any] = {
             "run_id": self.run_id, "model": compiled.path, "target": compiled.target, "partition": result.partition,
             "strategy": compiled.strategy, "sql_sha256": compiled.sql_sha256, "pins": pins,
-            "lakewrap_version": __version__, "commit_id": commit_id,
+            "lakewrap_version": __version__,
             # the values bound to the statements' parameters: `lakewrap reproduce` binds them again
             "params": {k: v.value for st in compiled.statements for k, v in st.params.items()}}
         # statements outside the plan that changed the table's DDL: `reproduce` replays them
@@ -150,26 +213,7 @@ class Executor(Materializer):
             extra["schema_changes"] = result.schema_changes
         message = f"lakewrap {compiled.strategy} {compiled.target}" + (
             f" partition {result.partition}" if result.partition else "")
-        log.run(con, sql.set_commit_message(self.lake.alias),
-                {"author": "lakewrap", "message": message, "extra_info": json.dumps(extra)})
-        if self.before_commit is not None:
-            self.before_commit(con)
-        landed: int | None = None
-        try:
-            log.run(con, sql.COMMIT)
-        except Exception as exc:
-            landed = self.commit_outcome(con, log, pin, commit_id, exc)  # raises when it did not land
-        # Committed: nothing after this point may turn the result into a failure or a retry (a
-        # retry would apply the write twice, e.g. an append).
-        result.status = "unchanged" if unchanged else "success"
-        self.fences[compiled.target] = compiled.sql_sha256
-        if landed is not None:
-            result.snapshot_id = landed
-            return
-        try:
-            result.snapshot_id = self.committed_snapshot(con, log, pin, commit_id)
-        except Exception as exc:
-            result.warnings.append(f"{SNAPSHOT_UNREAD}: {str(exc).strip()}")  # the coordinator reads it
+        return Written(compiled.target, compiled.sql_sha256, unchanged, extra, message)
 
     def commit_outcome(self, con: Any, log: StatementLog, pin: int, commit_id: str, exc: Exception) -> int:
         """The snapshot of a COMMIT that raised ``exc`` but landed; re-raises ``exc`` when it did not.

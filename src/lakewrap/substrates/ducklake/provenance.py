@@ -96,13 +96,39 @@ def pinned_plan(plan: CompiledPlan, version: int, params: dict[str, Param] | Non
 # --- reproduce --------------------------------------------------------------------------------------
 
 
-def reproduce_one(con: Any, m: Materialization, redact: Any, root: Path | None = None) -> Reproduction:
+class _Versions(dict[str, int]):
+    """The version each lake table is read at in a reproduction: the pin, except the upstreams an
+    earlier member of an ``--atomic`` transaction wrote (``pins.group_reads``), read as that
+    transaction left them, at the materialization's own snapshot."""
+
+    def __init__(self, pin: int, own: dict[str, int]) -> None:
+        super().__init__(own)
+        self.pin = pin
+
+    def get(self, key: str, default: Any = None) -> int:  # type: ignore[override]
+        return super().get(key, self.pin)
+
+
+def _versions(m: Materialization) -> int | _Versions:
+    reads = m.pins.get("group_reads") or []
+    if not reads or m.snapshot_id is None:
+        return m.pin
+    return _Versions(m.pin, {str(t).lower(): m.snapshot_id for t in reads})
+
+
+def reproduce_one(con: Any, m: Materialization, redact: Any, root: Path | None = None,
+                  replay: list[Materialization] | None = None) -> Reproduction:
     """Copy the target as of the pin into scratch space, re-run the recorded statements there with
-    every other table read at the pin, and compare with the table at the materialization's snapshot."""
+    every other table read at the pin, and compare with the table at the materialization's snapshot.
+
+    ``replay``: the materializations of the same table that one group commit wrote (consecutive
+    partitions, in order; docs/running.md, "Group commit and --atomic"): the table at their shared
+    snapshot holds all of them, so all are re-run, each with its own statements and parameters."""
     out = reproduction(m, m.pins.get("snapshot"))
     if out.status == "SKIPPED":
         return out
-    if m.snapshot_id is None or not m.statements:
+    replay = replay or [m]
+    if m.snapshot_id is None or any(not r.statements for r in replay):
         out.detail = "its snapshot or its statements are no longer in the lake (expired or deleted)"
         return out
     schema, name = m.schema_name
@@ -117,26 +143,28 @@ def reproduce_one(con: Any, m: Materialization, redact: Any, root: Path | None =
             existed = True
         except Exception:  # the table did not exist before this materialization (its first run)
             existed = False
-        if existed and not m.extra_info.get("full_refresh"):  # --full-refresh dropped it first
+        if existed and not replay[0].extra_info.get("full_refresh"):  # --full-refresh dropped it first
             con.execute(sqlp.copy_to_scratch(schema, name, pin))
-        alters = [str(a) for a in m.extra_info.get("schema_changes", [])]
         if m.model.endswith(".py") and root is not None:  # a Python model: its function again, at the pin
             from lakewrap.substrates.ducklake.pyreads import reproduce_inputs
 
             for relation, data in reproduce_inputs(root, con, m).items():
                 con.register(relation, data)
-        for st in m.statements:
-            if st.get("role") == "test":
-                continue
-            if alters and st.get("role") == "write":  # where on_schema_change ran them: see Executor
-                replay_alters(con, alters, (schema, name))
-                alters = []
-            text = sqlp.scratch_statement(st["sql"], pin, (schema, name))
-            if text is not None:
-                con.execute(*bound(text, m.params))
-            if alters and st.get("role") == "bootstrap":  # ... or right after CREATE TABLE IF NOT EXISTS
-                replay_alters(con, alters, (schema, name))
-                alters = []
+        for r in replay:
+            alters = [str(a) for a in r.extra_info.get("schema_changes", [])]
+            version = _versions(r)
+            for st in r.statements:
+                if st.get("role") == "test":
+                    continue
+                if alters and st.get("role") == "write":  # where on_schema_change ran them: see Executor
+                    replay_alters(con, alters, (schema, name))
+                    alters = []
+                text = sqlp.scratch_statement(st["sql"], version, (schema, name))
+                if text is not None:
+                    con.execute(*bound(text, r.params))
+                if alters and st.get("role") == "bootstrap":  # ... or right after CREATE TABLE IF NOT EXISTS
+                    replay_alters(con, alters, (schema, name))
+                    alters = []
         compare(con, sqlp.scratch_table(schema, name), sqlp.at(schema, name, snapshot_id), out)
 
     try:
@@ -203,7 +231,14 @@ class DuckLakeProvenance:
 
     def reproduce(self, found: list[Materialization]) -> list[Reproduction]:
         lake, con = self._open()
-        return [reproduce_one(con, m, lake.redact, self.root) for m in found]
+        out = []
+        for m in found:
+            replay = None
+            if m.extra_info.get("group") and m.snapshot_id is not None:  # its table's members of the group
+                replay = [o for o in read_materializations(con, lake.alias, "snapshot_id", m.snapshot_id)
+                          if o.target == m.target and o.run_id == m.run_id]
+            out.append(reproduce_one(con, m, lake.redact, self.root, replay))
+        return out
 
     def pinned_at_snapshot(self, plans: list[CompiledPlan], ref: RunOrSnapshot) -> list[CompiledPlan]:
         assert ref.snapshot is not None

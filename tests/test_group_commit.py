@@ -1,0 +1,284 @@
+"""Group commit and ``--atomic`` (issue 20) on real DuckLakes.
+
+Several materializations share one lake transaction; a failed member is rolled back out of its
+group and the others committed without it; ``--atomic`` publishes everything or nothing; a
+process killed inside a group's transaction leaves every member table all-old or all-new; the
+provenance commands still work per materialization. Expected tables come from an independent
+plain DuckDB (in memory) running the same SELECTs on the same CSV rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from lakeproject import cli, open_lake
+from lakewrap.provenance import explain, reproduce
+from lakewrap.runner import run_project
+from lakewrap.scheduler import resume
+
+NOW = "2024-01-06T00:00:00+00:00"
+DAYS = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
+EVENTS = "day,id,v\n" + "".join(f"2024-01-0{d} 0{i}:00:00,{d * 10 + i},{d * i}\n"
+                                 for d in range(1, 5) for i in range(1, 4))
+TABLES = {f"m.t{i}": f"SELECT id, v * {i} AS w FROM raw.events" for i in range(1, 6)}
+DAILY = ("-- materialized incremental\n-- partitioned daily key=day start=2024-01-01\n"
+         "SELECT day, id, v + 1 AS v1 FROM raw.events WHERE day >= $partition_start AND day < $partition_end\n")
+
+
+def project(root: Path, tables: dict[str, str] | None = None, extra: dict[str, str] | None = None) -> Path:
+    for target, sql in (tables or TABLES).items():
+        schema, name = target.split(".")
+        path = root / "models" / schema / f"{name}.sql"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"-- materialized table\n{sql}\n")
+    for rel, text in (extra or {}).items():
+        (root / "models" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "models" / rel).write_text(text)
+    (root / "seeds" / "raw").mkdir(parents=True, exist_ok=True)
+    (root / "seeds" / "raw" / "events.csv").write_text(EVENTS)
+    code, _, err = cli("seed", "--project", str(root))
+    assert code == 0, err
+    return root
+
+
+def reference(sql: str) -> list[tuple[Any, ...]]:
+    """``sql`` on the seed's rows in a plain in-memory DuckDB (no lake, no lakewrap)."""
+    con = duckdb.connect()
+    con.execute("CREATE SCHEMA raw")
+    con.execute("CREATE TABLE raw.events AS SELECT * FROM read_csv($p, header = true)",
+                {"p": str(_csv())})
+    return sorted(tuple(r) for r in con.execute(sql).fetchall())
+
+
+def _csv() -> Path:
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"lakewrap-group-events-{os.getpid()}.csv"
+    path.write_text(EVENTS)
+    return path
+
+
+def rows(root: Path, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    con = open_lake(root)
+    try:
+        cursor = con.execute(sql, params) if params else con.execute(sql)
+        return sorted((tuple(r) for r in cursor.fetchall()), key=repr)
+    finally:
+        con.close()
+
+
+def table(root: Path, target: str) -> list[tuple[Any, ...]]:
+    return rows(root, f"SELECT * FROM {target}")
+
+
+def snapshots(root: Path) -> int:
+    return int(rows(root, "SELECT max(snapshot_id) FROM lake.snapshots()")[0][0])
+
+
+def records(root: Path, target: str) -> list[tuple[Any, ...]]:
+    return rows(root, "SELECT run_id, partition_value FROM lakewrap.materializations WHERE target = $t",
+                {"t": target})
+
+
+# --- 1. a group, and one failing member ------------------------------------------------------------
+
+
+def test_independent_models_share_one_snapshot_and_each_keeps_its_records(tmp_path: Path) -> None:
+    root = project(tmp_path / "p")
+    before = snapshots(root)
+    report = run_project(root, now=_now())
+    assert report.status == "success"
+    assert {r.group for r in report.results} != {None}
+    assert len({r.snapshot_id for r in report.results}) == 1  # one commit for the five
+    assert snapshots(root) == before + 1
+    for target, sql in TABLES.items():
+        assert table(root, target) == reference(sql)
+        assert records(root, target) == [(report.run_id, None)]
+    # the commit message holds one entry per member, each naming its own target
+    extra = json.loads(rows(root, "SELECT commit_extra_info FROM lake.snapshots() WHERE snapshot_id = $s",
+                            {"s": before + 1})[0][0])
+    assert sorted(m["target"] for m in extra["members"]) == sorted(TABLES)
+    # explain of the run, and of the shared snapshot, finds each member's own record and pins
+    found = explain(root, report.run_id)
+    assert sorted(m.target for m in found) == sorted(TABLES)
+    assert all(m.snapshot_id == before + 1 and m.pins["snapshot"] == before for m in found)
+    assert {m.extra_info["target"] for m in explain(root, before + 1)} == set(TABLES)
+    assert reproduce(root, report.run_id).ok
+    # the run log's lines say which group each step was committed in
+    lines = rows(root, "SELECT target, message FROM __ducklake_metadata_lake.lakewrap_log WHERE run_id = $r",
+                 {"r": report.run_id})
+    assert {t for t, msg in lines if "in group " in msg} == set(TABLES)
+    # --no-group: one snapshot per step, same tables
+    again = run_project(root, now=_now(), group=False)
+    assert len({r.snapshot_id for r in again.results}) == len(TABLES) and {r.group for r in again.results} == {None}
+    for target, sql in TABLES.items():
+        assert table(root, target) == reference(sql)
+
+
+def test_a_failing_member_is_rolled_back_and_the_others_land_once(tmp_path: Path) -> None:
+    tables = dict(TABLES)
+    tables["m.t3"] = "SELECT id, no_such_column FROM raw.events"
+    root = project(tmp_path / "p", tables)
+    before = snapshots(root)
+    report = run_project(root, now=_now())
+    assert report.status == "failed"
+    by = {r.target: r for r in report.results}
+    assert by["m.t3"].status == "failed" and "no_such_column" in (by["m.t3"].error or "")
+    assert by["m.t3"].error_location and by["m.t3"].error_location["line"] == 2  # reported as a step's failure
+    ok = [t for t in TABLES if t != "m.t3"]
+    assert all(by[t].status == "success" for t in ok)
+    assert len({by[t].snapshot_id for t in ok}) == 1  # the four committed again together, once
+    assert snapshots(root) == before + 1  # the rolled-back attempt left no snapshot, the failure none
+    for t in ok:
+        assert table(root, t) == reference(TABLES[t])  # nothing duplicated
+        assert records(root, t) == [(report.run_id, None)]
+    assert records(root, "m.t3") == []
+    assert rows(root, "SELECT count(*) FROM information_schema.tables WHERE table_name = 't3'") == [(0,)]
+    steps = rows(root, "SELECT target, status FROM __ducklake_metadata_lake.lakewrap_steps WHERE run_id = $r",
+                 {"r": report.run_id})
+    assert dict(steps)["m.t3"] == "failed" and sum(s == "success" for _, s in steps) == 4
+
+
+def test_consecutive_partitions_share_a_commit_and_skips_work_per_partition(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {}, {"d/daily.sql": DAILY})
+    before = snapshots(root)
+    report = run_project(root, ["d.daily"], start=DAYS[0], end=DAYS[-1], now=_now(), command="backfill")
+    assert report.status == "success" and len(report.results) == 4
+    assert {r.snapshot_id for r in report.results} == {before + 1}
+    repro = reproduce(root, report.run_id)  # each partition replayed with its table's group members
+    assert repro.ok and sorted(r.partition for r in repro.results if r.status == "MATCH") == DAYS
+    assert sorted(p for _, p in records(root, "d.daily")) == DAYS
+    assert table(root, "d.daily") == reference("SELECT day, id, v + 1 AS v1 FROM raw.events")
+    # --missing-only and --stale see every partition as built; resume has nothing to do
+    again = run_project(root, ["d.daily"], start=DAYS[0], end=DAYS[-1], now=_now(), missing_only=True,
+                        command="backfill")
+    assert again.results == [] and len(again.not_rerun) == 4
+    assert run_project(root, ["d.daily"], stale=True, now=_now()).results == []
+    # one day's source changes: only that partition is stale, and it is rebuilt alone
+    (root / "seeds" / "raw" / "events.csv").write_text(EVENTS.replace("2024-01-02 01:00:00,21,2",
+                                                                      "2024-01-02 01:00:00,21,200"))
+    assert cli("seed", "--project", str(root))[0] == 0
+    stale = run_project(root, ["d.daily"], stale=True, now=_now())
+    assert [(r.partition, r.status) for r in stale.results] == [("2024-01-02", "success")]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE e AS SELECT * FROM read_csv($p, header = true)", {"p": str(_csv())})
+    expected = sorted(tuple(r) for r in con.execute(
+        "SELECT day, id, CASE WHEN id = 21 THEN 201 ELSE v + 1 END FROM e").fetchall())
+    assert table(root, "d.daily") == expected
+    # explain of one partition of the grouped backfill finds that partition's own record
+    found = [m for m in explain(root, report.run_id) if m.partition == "2024-01-03"]
+    assert len(found) == 1 and found[0].params["partition_start"].value.startswith("2024-01-03")
+
+
+# --- 2. --atomic ----------------------------------------------------------------------------------
+
+
+def test_atomic_publishes_nothing_when_the_last_model_fails(tmp_path: Path) -> None:
+    chain = {"m.a": "SELECT id, v FROM raw.events", "m.b": "SELECT id, v * 2 AS v2 FROM m.a",
+             "m.c": "SELECT id, v2 + 1 AS v3 FROM m.b"}
+    root = project(tmp_path / "p", chain)
+    first = run_project(root, now=_now(), atomic=True)
+    assert first.status == "success" and len({r.snapshot_id for r in first.results}) == 1
+    assert table(root, "m.c") == reference("SELECT id, v * 2 + 1 FROM raw.events")
+    mat = next(m for m in explain(root, first.run_id) if m.target == "m.c")
+    assert mat.pins["group_reads"] == ["m.b"]  # it read m.b as this transaction had written it
+    assert {r.status for r in reproduce(root, first.run_id).results} == {"MATCH"}
+    before = {t: table(root, t) for t in chain}
+    snap = snapshots(root)
+    (root / "models" / "m" / "a.sql").write_text("-- materialized table\nSELECT id, v + 100 AS v FROM raw.events\n")
+    (root / "models" / "m" / "c.sql").write_text("-- materialized table\nSELECT id, v2 / 'x' AS v3 FROM m.b\n")
+    code, out, err = cli("run", "--atomic", "--format", "json", "--now", NOW, "--project", str(root))
+    assert code == 1, err
+    doc = json.loads(out)
+    by = {r["target"]: r for r in doc["results"]}
+    assert doc["status"] == "failed" and by["m.c"]["status"] == "failed"
+    assert by["m.a"]["status"] == by["m.b"]["status"] == "skipped"
+    assert "not published: the --atomic run failed at m.c" in by["m.a"]["error"]
+    assert snapshots(root) == snap  # no new snapshot
+    assert {t: table(root, t) for t in chain} == before  # no table changed
+    run = rows(root, "SELECT status FROM __ducklake_metadata_lake.lakewrap_runs WHERE run_id = $r",
+               {"r": doc["run_id"]})
+    assert run == [("failed",)]
+
+
+# --- 3. kill -9 inside a group commit ----------------------------------------------------------------
+
+CHILD = """
+import os, signal, sys, threading, time
+from datetime import datetime
+from pathlib import Path
+
+from lakewrap.substrates.ducklake.materialize import Executor
+from lakewrap.runner import run_project
+
+mode, delay = sys.argv[2], float(sys.argv[3])
+commit = Executor.commit
+
+def hooked(self, con, log, pin, commit_id):
+    if mode == "open":  # the group's transaction is open, every member written: say so and wait
+        print("open", flush=True)
+        sys.stdin.readline()
+    else:  # killed while the COMMIT runs
+        threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    return commit(self, con, log, pin, commit_id)
+
+Executor.commit = hooked
+report = run_project(Path(sys.argv[1]), now=datetime.fromisoformat("2024-01-06T00:00:00+00:00"),
+                     run_id=sys.argv[4])
+print("done", report.status, flush=True)
+"""
+
+
+def test_kill_9_inside_a_group_commit_leaves_all_old_or_all_new_and_resume_completes(tmp_path: Path) -> None:
+    old = {t: f"SELECT id, v * {i} AS w FROM raw.events" for i, t in enumerate(TABLES, 1)}
+    new = {t: f"SELECT id, v * {i} + 1000 AS w FROM raw.events" for i, t in enumerate(TABLES, 1)}
+    root = project(tmp_path / "p", old)
+    assert run_project(root, now=_now()).status == "success"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    project(root, new)  # the models change: the next run rewrites every table
+    outcomes = []
+    for trial, (mode, delay) in enumerate([("open", 0.0), ("commit", 0.0), ("commit", 0.02)]):
+        run_id = f"kill-{trial}"
+        proc = subprocess.Popen([sys.executable, str(script), str(root), mode, str(delay), run_id],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        if mode == "open":
+            assert proc.stdout.readline().strip() == "open", proc.stderr.read() if proc.stderr else ""
+            proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == -signal.SIGKILL, (out, err)
+        state = []
+        for t in TABLES:
+            got = table(root, t)
+            state.append("new" if got == reference(new[t]) else "old" if got == reference(old[t]) else "mixed")
+        assert len(set(state)) == 1 and state[0] != "mixed", (trial, state)
+        landed = records(root, "m.t1").count((run_id, None)) == 1
+        assert landed == (state[0] == "new")  # the records are in the same commit as the data
+        if not landed:
+            done = resume(root, run_id)
+            assert done.status == "success", [r.error for r in done.results]
+            assert [table(root, t) for t in TABLES] == [reference(new[t]) for t in TABLES]
+            assert all(records(root, t).count((run_id, None)) == 1 for t in TABLES)
+            project(root, old)  # back to the old models, for the next trial to rewrite
+            assert run_project(root, now=_now()).status == "success"
+            project(root, new)
+        else:
+            project(root, old)
+            assert run_project(root, now=_now()).status == "success"
+            project(root, new)
+        outcomes.append((mode, delay, state[0]))
+    assert outcomes[0][2] == "old"  # killed with the transaction open: nothing published
+    print(f"\nkill -9 inside a group commit: {outcomes}")
+
+
+def _now() -> Any:
+    from datetime import datetime
+
+    return datetime.fromisoformat(NOW)
