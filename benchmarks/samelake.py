@@ -235,6 +235,8 @@ class SameLake:
             raise RuntimeError(f"lakewrap: {len(bad)} failed: {bad[0].get('error')}")
         r["steps"] = len(results["results"])
         r["attempts"] = sum(int(x.get("attempts", 1) or 1) for x in results["results"])
+        errors = [str(e) for x in results["results"] for e in (x.get("attempt_errors") or [])]
+        r["attempt_errors"] = errors[:3]
         r.pop("stdout")
         return r
 
