@@ -49,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from samelake import SameLake, catalog_servers, fmt, interleave, load, summary, tool_versions
+from samelake import SameLake, breakdown_line, catalog_servers, fmt, interleave, load, summary, tool_versions
 
 FIRST = date(2024, 1, 1)
 PART = {"ts": "year(ts), month(ts), day(ts)", "day": "year(day), month(day), day(day)"}
@@ -184,9 +184,11 @@ def same_lake(work: Path, make: Any, catalog: str, days: int, rows: int, reps: i
     samples = interleave(reps, runs, None, log)
     schemas = {k: v for k, v in (("lakewrap", "lw"), ("dbt", "dbt"), ("floor", "hand")) if k in tools}
     verdict = check(s, schemas)
+    where = s.breakdown() if "lakewrap" in tools else None
     log(f"  check: {'all targets agree' if verdict['agree'] else verdict['differ']}")
     return {"part": "same lake", "catalog": catalog, "partitions": days, "rows_per_day": rows,
             "load_start": started, "load_end": load(), "summary": summary(samples), "check": verdict,
+            "lakewrap_breakdown": where,
             "batch_size_option": any(k.startswith("lakewrap batch") for k in runs),
             "samples": samples}
 
@@ -235,6 +237,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
                          f"{fmt(x['sql'], 3) if 'sql' in x else '–'} | {x.get('retries', '–')} | {ratio} |")
         if "check" in r:
             lines.append(f"\ntargets agree across tools: {r['check']['agree']}")
+        if r.get("lakewrap_breakdown"):
+            lines.append("\n" + breakdown_line(r["lakewrap_breakdown"]))
         if "same_tables_after" in r:
             lines.append(f"\ntables unchanged by the parallel reps: {r['same_tables_after']}")
     return "\n".join(lines) + "\n"

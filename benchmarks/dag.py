@@ -44,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from samelake import SameLake, catalog_servers, fmt, interleave, load, summary, tool_versions
+from samelake import SameLake, breakdown_line, catalog_servers, fmt, interleave, load, summary, tool_versions
 
 DAY, NEXT = "2024-01-05", "2024-01-06"
 PART = "year(ts), month(ts), day(ts)"
@@ -273,11 +273,12 @@ def bench_dag(work: Path, make: Any, catalog: str, dag: str, reps: int, tools: l
 
     samples = interleave(reps, runs, before, log)
     verdict = check(s, nodes, tools)
+    where = s.breakdown() if "lakewrap" in tools else None
     log(f"  check: {'all targets agree' if verdict['agree'] else verdict['differ']}")
     return {"dag": dag, "catalog": catalog, "models": len(nodes),
             "kinds": {k: sum(1 for n in nodes if n.kind == k) for k in ("table", "di", "merge", "snapshot")},
             "load_start": started, "load_end": load(), "summary": summary(samples), "check": verdict,
-            "samples": samples}
+            "lakewrap_breakdown": where, "samples": samples}
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
@@ -297,6 +298,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['dag']} | {r['catalog']} | {r['models']} | {reps} | {sm['load']['median']:.1f} | "
                      f"{cell('lakewrap')} | {cell('dbt')} | {cell('floor')} | {cell('floor', 'sql')} | "
                      f"{ratio('dbt/lakewrap')} | {ratio('lakewrap/floor')} | {r['check']['agree']} |")
+    lines += [""] + [f"- {r['catalog']} {r['dag']}: {breakdown_line(r.get('lakewrap_breakdown'))}" for r in results
+                     if r.get("lakewrap_breakdown")]
     return "\n".join(lines) + "\n"
 
 

@@ -33,9 +33,10 @@ for _p in (ROOT / "benchmarks", ROOT / "tests"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from strategies import ENV, Bench, dbt_venv, extension_dir, fmt, med, versions, wheel_extension  # noqa: E402
+from strategies import ENV, Bench, dbt_venv, extension_dir, fmt, med, statement_log, versions, wheel_extension  # noqa: E402
 
-__all__ = ["ENV", "Bench", "SameLake", "catalog_servers", "fmt", "interleave", "load", "med", "tool_versions"]
+__all__ = ["ENV", "Bench", "SameLake", "breakdown_line", "catalog_servers", "fmt", "interleave", "load", "med",
+           "tool_versions"]
 
 FLOOR_SCRIPT = '''"""The hand-written floor: one process, one transaction, the statements of a JSON file."""
 import json
@@ -240,6 +241,25 @@ class SameLake:
         r.pop("stdout")
         return r
 
+    def breakdown(self) -> dict[str, Any]:
+        """Where the last ``lakewrap run``'s seconds went, from its statement logs: the run's wall time
+        (``started_at`` to ``finished_at``), the steps' own seconds, and the statements summed by kind."""
+        from datetime import datetime
+
+        results = json.loads((self.lw / "target" / "run_results.json").read_text())
+        stmts = [x for log in sorted((self.lw / "target" / "run" / results["run_id"]).glob("*.sql"))
+                 for x in statement_log(log)]
+        kinds: dict[str, list[float]] = {}
+        for x in stmts:
+            key = "COMMIT" if x["sql"] == "COMMIT;" else ("BEGIN" if x["sql"].startswith("BEGIN") else
+                                                         ("bookkeeping" if x["role"] == "lakewrap" else "model SQL"))
+            kinds.setdefault(key, [0, 0.0])
+            kinds[key][0] += 1
+            kinds[key][1] += x["seconds"]
+        wall = (datetime.fromisoformat(results["finished_at"]) - datetime.fromisoformat(results["started_at"]))
+        return {"run_wall": wall.total_seconds(), "steps_seconds": sum(r["seconds"] for r in results["results"]),
+                "statements": {k: {"n": int(v[0]), "seconds": round(v[1], 3)} for k, v in kinds.items()}}
+
     def dbt_cmd(self, *args: str) -> dict[str, Any]:
         r = self.run([self.dbt, *args, "--project-dir", str(self.dbt_dir), "--profiles-dir", str(self.dbt_dir)],
                      self.dbt_dir)
@@ -257,6 +277,14 @@ class SameLake:
         r = self.run([sys.executable, str(self.root / "floor.py"), str(path)], self.root)
         sql_s, attach_s = (float(x) for x in r.pop("stdout").split())
         return {**r, "sql": sql_s, "attach": attach_s}
+
+
+def breakdown_line(b: dict[str, Any] | None) -> str:
+    if not b:
+        return ""
+    parts = ", ".join(f"{k} {v['seconds']:.2f} s ({v['n']})" for k, v in b["statements"].items())
+    return (f"lakewrap's last timed run: {b['run_wall']:.2f} s from start to finish of the run, of which its steps "
+            f"{b['steps_seconds']:.2f} s; statements: {parts}")
 
 
 def interleave(reps: int, runs: dict[str, Callable[[], dict[str, Any]]], before: Callable[[int], None] | None = None,
