@@ -283,8 +283,8 @@ def bench_dag(work: Path, make: Any, catalog: str, dag: str, reps: int, tools: l
 
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = ["| DAG | catalog | models | reps | load (median) | lakewrap run | dbt | floor (process) | floor SQL "
-             "| dbt / lakewrap | lakewrap / floor | targets agree |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| dbt / lakewrap | lakewrap / floor | CPU s: lakewrap, dbt, floor | targets agree |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         sm = r["summary"]
 
@@ -297,7 +297,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
         reps = next(v["reps"] for k, v in sm.items() if isinstance(v, dict) and "reps" in v)
         lines.append(f"| {r['dag']} | {r['catalog']} | {r['models']} | {reps} | {sm['load']['median']:.1f} | "
                      f"{cell('lakewrap')} | {cell('dbt')} | {cell('floor')} | {cell('floor', 'sql')} | "
-                     f"{ratio('dbt/lakewrap')} | {ratio('lakewrap/floor')} | {r['check']['agree']} |")
+                     f"{ratio('dbt/lakewrap')} | {ratio('lakewrap/floor')} | "
+                     + ", ".join(f"{sm[t]['cpu']['median']:.2f}" if t in sm else "–"
+                                 for t in ("lakewrap", "dbt", "floor"))
+                     + f" | {r['check']['agree']} |")
     lines += [""] + [f"- {r['catalog']} {r['dag']}: {breakdown_line(r.get('lakewrap_breakdown'))}" for r in results
                      if r.get("lakewrap_breakdown")]
     return "\n".join(lines) + "\n"
