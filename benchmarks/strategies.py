@@ -857,13 +857,14 @@ def dbt_venv(work: Path) -> Path:
 
 
 def extension_dir(work: Path, extension: str) -> None:
-    """DuckDB's extension layout for dbt-duckdb (autoinstall off): the wheel's ducklake binary."""
+    """DuckDB's extension layout for dbt-duckdb (autoinstall off): a wheel's extension binary (ducklake's
+    here; ``samelake.py`` adds postgres_scanner's), under its own file name."""
     import duckdb
 
     plat = duckdb.execute("PRAGMA platform").fetchone()[0]
     folder = work / "duckdb_extensions" / f"v{duckdb.__version__}" / plat
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / "ducklake.duckdb_extension"
+    target = folder / Path(extension).name
     if not target.exists():
         shutil.copy2(extension, target)
 
