@@ -136,12 +136,17 @@ def check_ducklake(root: Path, doc: dict[str, Any]) -> tuple[int, int]:
     run_id = doc["run_id"]
     con = open_lake(root)
     try:
-        landed = {(t, p): (n, s) for t, p, n, s in con.execute(
-            "SELECT m.target, m.partition_value, m.rows_inserted, "
-            "(SELECT max(snapshot_id) FROM lake.snapshots() WHERE json_extract_string(commit_extra_info, 'run_id') "
-            " = m.run_id AND json_extract_string(commit_extra_info, 'target') = m.target "
-            " AND json_extract_string(commit_extra_info, 'partition') IS NOT DISTINCT FROM m.partition_value) "
-            "FROM lakewrap.materializations m WHERE run_id = $r", {"r": run_id}).fetchall()}
+        # each snapshot's commit message names its materialization, or a group commit's members
+        committed: dict[tuple[str, str | None], int] = {}
+        for snap, info in con.execute("SELECT snapshot_id, commit_extra_info FROM lake.snapshots() "
+                                      "ORDER BY snapshot_id").fetchall():
+            extra = json.loads(info) if info else {}
+            for m in extra.get("members", [extra]):
+                if m.get("run_id") == run_id:
+                    committed[(m["target"], m.get("partition"))] = snap
+        landed = {(t, p): (n, committed.get((t, p))) for t, p, n in con.execute(
+            "SELECT target, partition_value, rows_inserted FROM lakewrap.materializations WHERE run_id = $r",
+            {"r": run_id}).fetchall()}
         steps = {(t, p): (st, snap) for t, p, st, snap in con.execute(
             "SELECT target, partition_value, status, snapshot_id FROM lakewrap_steps WHERE run_id = $r",
             {"r": run_id}).fetchall()}
@@ -225,8 +230,9 @@ def test_a_step_reported_failed_after_its_commit_landed_is_recorded_from_the_lak
     check_ducklake(root, report.to_dict())
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["own_commits", "group_commit"])
 def test_a_snapshot_read_interrupted_after_its_commit_is_read_by_the_coordinator(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grouped: bool) -> None:
     """A signal right after the COMMIT returned interrupts the step's read of its snapshot id (the
     CI failure of stop 29): the coordinator reads it from the commit message, so the run log still
     names the snapshot that holds the step's data."""
@@ -237,8 +243,9 @@ def test_a_snapshot_read_interrupted_after_its_commit_is_read_by_the_coordinator
 
     monkeypatch.setattr(Executor, "committed_snapshot", interrupted)
     root = write(tmp_path / "p", {"main/daily.sql": DAILY})
-    report = run_project(root, start=DAYS[0], end=DAYS[1])
+    report = run_project(root, start=DAYS[0], end=DAYS[1], group=grouped)
     assert report.status == "success" and all(r.snapshot_id is not None for r in report.results)
+    assert all((r.group is not None) == grouped for r in report.results)
     assert not any("snapshot id" in w for r in report.results for w in r.warnings)
     check_ducklake(root, report.to_dict())
 
