@@ -30,6 +30,7 @@ from typing import Any
 from lakewrap.errors import LakewrapError, StateError
 from lakewrap.jobs import Job, JobQueue, open_queue, worker_name
 from lakewrap.redact import redact
+from lakewrap.signals import on_signals
 
 Say = Callable[[str], None]
 
@@ -71,7 +72,7 @@ class Worker:
         with open_queue(self.root) as queue, queue.store.worker_slot():
             with queue.store.setup_lock():
                 open_lake(self.root)
-            restore = _on_stop(self.request_stop)
+            restore = on_signals(self.request_stop)
             try:
                 self.say(f"worker {self.name} on {queue.where}")
                 while not self.stop.is_set():
@@ -246,21 +247,6 @@ def _error_text(root: Path, exc: BaseException) -> str:
     return redact(text, roots=[root])
 
 
-def _on_stop(handler: Callable[[], None]) -> Callable[[], None]:
-    """SIGTERM and SIGINT call ``handler`` (main thread only); returns the undo."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    for sig in previous:
-        signal.signal(sig, lambda signum, frame: handler())
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
-
-
 def supervise(argv: list[str], concurrency: int, say: Say) -> int:
     """``--concurrency N``: N worker processes (``argv`` each), SIGTERM/SIGINT passed on to them;
     the highest exit code of theirs."""
@@ -272,7 +258,7 @@ def supervise(argv: list[str], concurrency: int, say: Say) -> int:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
 
-    restore = _on_stop(forward)
+    restore = on_signals(forward)
     try:
         codes = [child.wait() for child in children]
     finally:
