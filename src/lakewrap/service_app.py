@@ -93,8 +93,10 @@ def instant(text: str | None) -> datetime | None:
 
 
 def create_app(root: Path, *, env: str | None = None, token: str | None = None,
-               ui: bool = True) -> FastAPI:
-    """The app for the project at ``root`` (environment ``env``; ``token``: default ``LAKEWRAP_API_TOKEN``)."""
+               ui: bool = True, shared_catalog: bool = False) -> FastAPI:
+    """The app for the project at ``root`` (environment ``env``; ``token``: default ``LAKEWRAP_API_TOKEN``).
+    ``shared_catalog``: the catalog is one many processes use (PostgreSQL), so the run-log reads keep
+    a read-only session open (:func:`lakewrap.service_reads.keep_open`)."""
     from lakewrap import __version__
     from lakewrap.config_env import ENV_VAR
     from lakewrap.jobs import open_queue
@@ -102,6 +104,8 @@ def create_app(root: Path, *, env: str | None = None, token: str | None = None,
     if env is not None:  # the run log and status reads pick the environment up from here
         os.environ[ENV_VAR] = env
     root = root.resolve()
+    if shared_catalog:
+        reads.keep_open(root)
     secret = token if token is not None else os.environ.get(TOKEN_ENV) or None
     redactor = Redactor(root)
     app = FastAPI(title="lakewrap", version=__version__, docs_url=None, redoc_url=None,
