@@ -7,11 +7,19 @@ queued before the workers start; the wall time runs from starting the workers to
 exit. Each configuration checks that every job succeeded once and that the table holds the rows
 computed in Python. CPU is user + system seconds of the worker processes (they fork nothing).
 
+API latency (``--api``): ``lakewrap serve`` on 127.0.0.1 over a PostgreSQL catalog (so it starts no
+worker: nothing drains the jobs it queues), one run in the run log; ``--clients`` concurrent
+clients (asyncio tasks sharing one httpx connection pool of that size, in this process) send
+``GET /runs/{id}`` back to back for ``--seconds``, then ``POST /runs`` (one partition each) for
+``--seconds``. Latency is from sending a request to reading its answer; p50/p99 over the answers.
+Checked: every answer 200/202, and the queue holds one job per 202.
+
 The queue alone (``--claims``): 1, 2 and 4 processes claiming and finishing ``--claims`` jobs
 without running them (``JobQueue.claim`` then ``finish``), to show what the table costs a job.
 
 Usage:
     python benchmarks/service.py [--jobs 120] [--workers 1,2,4] [--claims 2000] [--out results.json]
+    python benchmarks/service.py --jobs 0 --api [--seconds 30] [--clients 50]
 """
 
 from __future__ import annotations
@@ -91,11 +99,99 @@ def claims(work: Path, pg: Any, jobs: int, workers: int) -> dict[str, Any]:
             "load_average_at_start": round(load, 2), "each_claimed_once": ok}
 
 
+def _quantile(sorted_ms: list[float], q: float) -> float:
+    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))] if sorted_ms else float("nan")
+
+
+async def _hammer(url: str, label: str, path: str, body: Any, seconds: float, clients: int) -> dict[str, Any]:
+    """``clients`` tasks sending ``label``'s method to ``path`` back to back for ``seconds``; latency figures."""
+    import asyncio
+
+    import httpx
+
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        deadline = time.monotonic() + seconds
+
+        async def one(k: int) -> None:
+            n = 0
+            while time.monotonic() < deadline:
+                began = time.perf_counter()
+                response = await client.request(label.split()[0], path, json=body(k, n) if body else None)
+                latencies.append((time.perf_counter() - began) * 1000)
+                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                n += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(one(k) for k in range(clients)))
+        wall = time.monotonic() - started
+    ms = sorted(latencies)
+    return {"endpoint": label,
+            "clients": clients, "seconds": round(wall, 1), "requests": len(ms),
+            "requests_per_second": round(len(ms) / wall, 1), "p50_ms": round(_quantile(ms, 0.50), 1),
+            "p99_ms": round(_quantile(ms, 0.99), 1), "max_ms": round(ms[-1], 1) if ms else None,
+            "statuses": {str(k): v for k, v in sorted(statuses.items())}}
+
+
+def api_latency(work: Path, pg: Any, seconds: float, clients: int) -> list[dict[str, Any]]:
+    """p50/p99 of ``GET /runs/{id}`` and ``POST /runs`` against a real ``lakewrap serve``."""
+    import asyncio
+    import signal
+
+    from lakewrap.jobs import open_queue
+    from queueproject import day, pg_toml, write_project
+    from servers import free_port, wait_for_port
+
+    root = write_project(work / "api", pg_toml(pg))
+    with open_queue(root) as queue:
+        first = queue.enqueue(["ev"], partition=day(0), requested_by="api").id
+    subprocess.run([sys.executable, "-m", "lakewrap", "worker", "--once", "--project", str(root)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open_queue(root) as queue:
+        run_id = queue.get(first).run_id  # type: ignore[union-attr]
+    port = free_port()
+    log = (work / "serve.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "lakewrap", "serve", "--port", str(port), "--project", str(root)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    rows = []
+    try:
+        if not wait_for_port(port, proc, 60):
+            raise SystemExit((work / "serve.log").read_text())
+        url = f"http://127.0.0.1:{port}"
+        def post(k: int, n: int) -> dict[str, Any]:
+            return {"select": ["ev"], "partition": day((k * 7 + n) % 300)}
+
+        for label, path, body in (("GET /runs/{run_id}", f"/runs/{run_id}", None), ("POST /runs", "/runs", post)):
+            load = os.getloadavg()
+            row = asyncio.run(_hammer(url, label, path, body, seconds, clients))
+            row["load_average_1_5_15_at_start"] = [round(x, 2) for x in load]
+            row["load_average_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        log.close()
+    with open_queue(root) as queue:
+        queued = len(queue.list(status="queued", limit=1_000_000))
+    get, post = rows
+    ok = (get["statuses"] == {"200": get["requests"]} and post["statuses"] == {"202": post["requests"]}
+          and queued == post["requests"])
+    for row in rows:
+        row["all_answers_right"] = ok
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=120, help="jobs each drain runs (0: no drain)")
     ap.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     ap.add_argument("--claims", type=int, default=0, help="also time the queue alone on this many jobs")
+    ap.add_argument("--api", action="store_true", help="also time the API: GET /runs/{id} and POST /runs")
+    ap.add_argument("--seconds", type=float, default=30.0, help="with --api: seconds of load per endpoint")
+    ap.add_argument("--clients", type=int, default=50, help="with --api: concurrent clients")
     ap.add_argument("--work", type=Path, help="work folder (default: a temporary one)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -107,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PGPASSWORD"] = pg.password
     rows: list[dict[str, Any]] = []
     queue_rows: list[dict[str, Any]] = []
+    api_rows: list[dict[str, Any]] = []
     try:
         for n in (int(w) for w in args.workers.split(",")) if args.jobs else ():
             row = drain(work, pg, args.jobs, n)
@@ -116,12 +213,15 @@ def main(argv: list[str] | None = None) -> int:
             row = claims(work, pg, args.claims, n)
             print(json.dumps(row), flush=True)
             queue_rows.append(row)
+        if args.api:
+            api_rows = api_latency(work, pg, args.seconds, args.clients)
     finally:
         stop_postgres(pg)
-    report = {"cores": len(os.sched_getaffinity(0)), "drain": rows, "queue_alone": queue_rows}
+    report = {"cores": len(os.sched_getaffinity(0)), "drain": rows, "queue_alone": queue_rows, "api": api_rows}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     ok = all(r["all_succeeded_once_and_rows_right"] for r in rows) and all(r["each_claimed_once"] for r in queue_rows)
+    ok = ok and all(r["all_answers_right"] for r in api_rows)
     return 0 if ok else 1
 
 

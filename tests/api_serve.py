@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 FINAL = ("succeeded", "failed", "cancelled")
 
 
-def shop(base: Path, *, days: tuple[str, str] | None = ("2024-01-01", "2024-01-02")) -> Path:
-    """examples/shop copied under ``base``, seeded and (``days``) run for that range."""
+def shop(base: Path, *, days: tuple[str, str] | None = ("2024-01-01", "2024-01-02"),
+         edit: Callable[[Path], None] | None = None) -> Path:
+    """examples/shop copied under ``base`` (then ``edit``-ed), seeded and (``days``) run for that range."""
     root = base / "shop"
     shutil.copytree(ROOT / "examples" / "shop", root, ignore=shutil.ignore_patterns("target", ".lakewrap"))
+    if edit is not None:
+        edit(root)
     steps = [["seed"]] + ([["run", "--start", days[0], "--end", days[1]]] if days else [])
     for args in steps:
         code, out, err = run(*args, "--project", str(root))

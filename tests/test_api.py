@@ -6,14 +6,16 @@ AWS secret in its environment). Checked: /healthz without a token, 401 JSON with
 token on every other endpoint, bad requests answered 4xx as `{"error", "hint"}` with nothing
 written, POST /runs queued and run by the worker (its run's steps through GET /runs/{id}, the
 table's rows against a reference computed by plain DuckDB from the seed CSV), a resume job, the
-models' partitions against the lake's records, a 500 without a traceback, no secret in any answer,
-and `serve` refusing a non-loopback address without a token.
+models' partitions against the lake's records, freshness of a model and a source at controlled
+instants (`?now=`) against the seed CSV and `lakewrap freshness --format json`, a 500 without a
+traceback, no secret in any answer, and `serve` refusing a non-loopback address without a token.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,21 @@ CANARY = "canary-secret-4d8e2b7a"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+FRESHNESS = "-- freshness warn_after=1h error_after=6h\n"
+SOURCE = '\n[sources."raw.orders"]\nloaded_at = "updated_at"\nwarn_after = "1d"\nerror_after = "30d"\n'
+
+
+def with_freshness(root: Path) -> None:
+    """A freshness policy on sales.orders_daily and a [sources] table with a loaded_at column."""
+    model = root / "models" / "sales" / "orders_daily.sql"
+    model.write_text(FRESHNESS + model.read_text())
+    with (root / "lakewrap.toml").open("a") as toml:
+        toml.write(SOURCE)
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shop(tmp_path_factory.mktemp("api"))
+    return shop(tmp_path_factory.mktemp("api"), edit=with_freshness)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +83,7 @@ def test_healthz_needs_no_token(server: Served) -> None:
     assert response.status_code == 200 and clean(response)["ok"] is True
 
 
-@pytest.mark.parametrize("path", ["/runs", "/models", "/jobs/1", "/openapi.json", "/runs/x/logs"])
+@pytest.mark.parametrize("path", ["/runs", "/models", "/jobs/1", "/openapi.json", "/runs/x/logs", "/freshness"])
 def test_every_other_call_needs_the_token(server: Served, path: str) -> None:
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}, {"Authorization": "Basic x"}):
         response = httpx.get(server.url + path, headers=headers)
@@ -82,7 +96,7 @@ def test_every_other_call_needs_the_token(server: Served, path: str) -> None:
 def test_openapi_lists_the_endpoints(client: httpx.Client) -> None:
     paths = clean(client.get("/openapi.json"))["paths"]
     assert {"/runs", "/runs/{run_id}", "/runs/{run_id}/logs", "/runs/{run_id}/resume", "/jobs/{job_id}",
-            "/models", "/models/{target}", "/healthz"} <= set(paths)
+            "/models", "/models/{target}", "/freshness", "/healthz"} <= set(paths)
     assert set(paths["/runs"]) == {"get", "post"}
 
 
@@ -200,6 +214,56 @@ def test_models_agree_with_status(client: httpx.Client, project: Path) -> None:
             "last_run"]
     one = clean(client.get("/models/sales.orders"))
     assert one["partitions"] == status["sales.orders"]["partitions"] and one["gaps"] == status["sales.orders"]["gaps"]
+
+
+def at(instant: datetime) -> str:
+    return instant.isoformat().replace("+00:00", "Z")
+
+
+def cli_freshness(project: Path, now: datetime, *selectors: str) -> tuple[int, list[dict[str, Any]]]:
+    code, out, err = run("freshness", *selectors, "--project", str(project), "--format", "json", "--now", at(now))
+    assert code in (0, 1), out + err
+    return code, json.loads(out)
+
+
+def test_freshness_of_models_and_sources(client: httpx.Client, project: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKEWRAP_WAIT", "60")
+    listed = {m["target"]: m for m in clean(client.get("/models"))["models"]}
+    daily = listed["sales.orders_daily"]["freshness"]
+    assert (daily["warn_after"], daily["error_after"], daily["basis"]) == (3600, 21600, "last materialization")
+    loaded = datetime.fromisoformat(daily["loaded_at"])
+    assert loaded == datetime.fromisoformat(listed["sales.orders_daily"]["last_committed_at"])
+    assert abs((datetime.now(timezone.utc) - loaded).total_seconds() - daily["age_seconds"]) < 120
+    plain = listed["sales.orders"]["freshness"]  # no policy: no thresholds, ok once built
+    assert (plain["warn_after"], plain["error_after"], plain["state"]) == (None, None, "ok")
+    for later, state in ((timedelta(minutes=30), "ok"), (timedelta(hours=2), "warn"), (timedelta(hours=7), "error")):
+        now = loaded + later
+        one = clean(client.get("/models/sales.orders_daily", params={"now": at(now)}))["freshness"]
+        assert (one["state"], one["age_seconds"]) == (state, later.total_seconds()), one
+        code, cli = cli_freshness(project, now, "sales.orders_daily")
+        assert cli == [{"kind": "model", "name": "sales.orders_daily", **one}] and code == (state == "error")
+        again = {m["target"]: m for m in clean(client.get("/models", params={"now": at(now)}))["models"]}
+        assert again["sales.orders_daily"]["freshness"] == one
+    # the source: max(updated_at) of the seed CSV, read by plain DuckDB
+    newest = duckdb.connect().execute("SELECT max(CAST(updated_at AS TIMESTAMP)) FROM read_csv_auto($p)", {
+        "p": str(ROOT / "examples" / "shop" / "seeds" / "raw" / "orders.csv")}).fetchone()[0]
+    newest = newest.replace(tzinfo=timezone.utc)
+    for later, state, breach in ((timedelta(hours=3), "ok", False), (timedelta(days=2), "warn", False),
+                                 (timedelta(days=31), "error", True)):
+        now = newest + later
+        body = clean(client.get("/freshness", params={"now": at(now)}))
+        rows = {r["name"]: r for r in body["freshness"]}
+        assert set(rows) == {"sales.orders_daily", "raw.orders"} and body["breached"] is breach, body
+        src = rows["raw.orders"]
+        assert (src["kind"], src["basis"], src["state"], src["age_seconds"]) == (
+            "source", "max(updated_at)", state, later.total_seconds()), src
+        assert datetime.fromisoformat(src["loaded_at"]) == newest
+        assert rows["sales.orders_daily"]["state"] == "ok"  # measured before it was built: age 0
+        code, cli = cli_freshness(project, now)
+        assert cli == body["freshness"] and code == int(breach)
+    assert_error(client.get("/freshness", params={"now": "yesterday"}), 400, "yesterday")
+    assert_error(client.get("/models/sales.orders", params={"now": "2024-13-01"}), 400, "2024-13-01")
 
 
 def test_a_bug_is_a_500_without_traceback(tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def serve_cmd(host: str, port: int, with_worker: bool, project: Path) -> None:
 
     from lakewrap.service_app import create_app
 
-    app = create_app(root)
+    app = create_app(root, shared_catalog=not exclusive)
     child = None
     if with_worker and exclusive:
         child = subprocess.Popen(worker_argv(root))

@@ -20,6 +20,7 @@ import logging
 import os
 import traceback
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +78,25 @@ def lakewrap_status(err: LakewrapError) -> int:
     return 400 if err.exit_code == 2 else 500
 
 
+NOW = Query(None, description="the instant to measure gaps and ages at, ISO 8601 (default: the clock); "
+            "`lakewrap freshness --now`")
+
+
+def instant(text: str | None) -> datetime | None:
+    """The ``now`` query parameter as an aware instant (naive: UTC); a 400 when it is no time."""
+    from lakewrap.freshness import as_instant
+
+    try:
+        return as_instant(text)
+    except ValueError:
+        raise PlanError(f"now: `{text}` is not an ISO 8601 time", hint="write e.g. 2024-06-01T00:00:00Z") from None
+
+
 def create_app(root: Path, *, env: str | None = None, token: str | None = None,
-               ui: bool = True) -> FastAPI:
-    """The app for the project at ``root`` (environment ``env``; ``token``: default ``LAKEWRAP_API_TOKEN``)."""
+               ui: bool = True, shared_catalog: bool = False) -> FastAPI:
+    """The app for the project at ``root`` (environment ``env``; ``token``: default ``LAKEWRAP_API_TOKEN``).
+    ``shared_catalog``: the catalog is one many processes use (PostgreSQL), so the run-log reads keep
+    a read-only session open (:func:`lakewrap.service_reads.keep_open`)."""
     from lakewrap import __version__
     from lakewrap.config_env import ENV_VAR
     from lakewrap.jobs import open_queue
@@ -87,6 +104,8 @@ def create_app(root: Path, *, env: str | None = None, token: str | None = None,
     if env is not None:  # the run log and status reads pick the environment up from here
         os.environ[ENV_VAR] = env
     root = root.resolve()
+    if shared_catalog:
+        reads.keep_open(root)
     secret = token if token is not None else os.environ.get(TOKEN_ENV) or None
     redactor = Redactor(root)
     app = FastAPI(title="lakewrap", version=__version__, docs_url=None, redoc_url=None,
@@ -205,17 +224,25 @@ def create_app(root: Path, *, env: str | None = None, token: str | None = None,
         return respond({"job_id": job.id, "status": job.status, "job": job.to_json()}, 202)
 
     @app.get("/models")
-    def get_models() -> JSONResponse:
-        """Every model: partitions, gaps, stale partitions and failures counted, the last run."""
-        return respond({"models": reads.models(root)})
+    def get_models(now: str | None = NOW) -> JSONResponse:
+        """Every model: partitions, gaps, stale partitions and failures counted, freshness, the last run."""
+        return respond({"models": reads.models(root, instant(now))})
 
     @app.get("/models/{target}")
-    def get_model(target: str) -> JSONResponse:
-        """One model: its partitions, gaps, stale partitions (with why), failures, calendar strip, last run."""
+    def get_model(target: str, now: str | None = NOW) -> JSONResponse:
+        """One model: its partitions, gaps, stale partitions (with why), failures, freshness, calendar
+        strip, last run."""
+        at = instant(now)
         try:
-            return respond(reads.model(root, target))
+            return respond(reads.model(root, target, at))
         except SelectionError as exc:
             return error(404, exc.message, exc.hint, redactor, kind=type(exc).__name__)
+
+    @app.get("/freshness")
+    def get_freshness(now: str | None = NOW) -> JSONResponse:
+        """`lakewrap freshness --format json`: each model with a policy and each [sources] table, and
+        `breached` (what makes the command exit 1)."""
+        return respond(reads.freshness(root, instant(now)))
 
     if ui:
         from lakewrap.service_ui import mount

@@ -1,5 +1,6 @@
 """What ``lakewrap serve`` reads, without FastAPI: the run log's runs, steps and lines, and each
-model's partitions, gaps, stale partitions and last run (``lakewrap status``'s rows).
+model's partitions, gaps, stale partitions and last run (``lakewrap status``'s rows), and the
+freshness of models and sources (:func:`lakewrap.freshness.check`, as ``lakewrap freshness``).
 
 Every read opens the project's lake read-only through its substrate, runs bound SELECTs on the run
 log's tables (``lakewrap_runs``, ``lakewrap_steps``, ``lakewrap_attempts``, ``lakewrap_log``, the
@@ -14,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from datetime import datetime
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -38,29 +40,64 @@ class Busy(LakewrapError):
     """The catalog is held by another process (a DuckDB-file catalog during a worker's run)."""
 
 
-def _fetch(root: Path, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows of one bound SELECT on the lake's read-only session; [] when no run log exists yet."""
-    import duckdb
+def keep_open(root: Path) -> None:
+    """Keep one read-only session of ``root``'s lake open between reads (a catalog many processes
+    share, PostgreSQL): opening the lake costs a run-log read ~0.1 s. Never for a catalog one process
+    owns (a DuckDB file): an open session would keep the worker out."""
+    KEEP.add(root)
 
+
+KEEP: set[Path] = set()
+_OPEN: dict[Path, tuple[Any, Any]] = {}  # root -> (lake, connection), under LOCK
+
+
+def _connect(root: Path) -> tuple[Any, Any]:
     from lakewrap.substrates import of_project
 
+    try:
+        lake = of_project(root).open(root, read_only=True)
+        return lake, lake.connect()
+    except Exception as exc:
+        if HELD.search(str(exc)):
+            raise Busy("the catalog is held by another process (a run is writing it)",
+                       hint="retry in a few seconds; `lakewrap serve --wait SECONDS` waits longer") from None
+        raise
+
+
+def _fetch(root: Path, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows of one bound SELECT on the lake's read-only session; [] when no lake or no run log exists yet.
+
+    A kept session (:func:`keep_open`) that fails, or lacks the run log (its views are made when it
+    opens), is closed and the SELECT tried once more on a new one."""
+    import duckdb
+
+    from lakewrap.errors import NoLake
+
     with LOCK:
-        try:
-            lake = of_project(root).open(root, read_only=True)
-            con = lake.connect()
-        except Exception as exc:
-            if HELD.search(str(exc)):
-                raise Busy("the catalog is held by another process (a run is writing it)",
-                           hint="retry in a few seconds; `lakewrap serve --wait SECONDS` waits longer") from None
-            raise
-        try:
-            cursor = con.execute(sql, params)
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        except duckdb.CatalogException:
-            return []  # no run has written the run log yet
-        finally:
-            lake.close(con)
+        kept = _OPEN.pop(root, None)
+        while True:
+            try:
+                lake, con = kept or _connect(root)
+            except NoLake:
+                return []  # nothing seeded or run yet: no run log either
+            healthy = True
+            try:
+                cursor = con.execute(sql, params)
+                names = [d[0] for d in cursor.description]
+                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            except Exception as exc:
+                healthy = False
+                if kept is not None:  # a session opened earlier: try a new one
+                    continue
+                if isinstance(exc, duckdb.CatalogException):
+                    return []  # no run has written the run log yet
+                raise
+            finally:
+                if healthy and root in KEEP:
+                    _OPEN[root] = (lake, con)
+                else:
+                    lake.close(con)
+                kept = None
 
 
 def _run_dict(row: dict[str, Any]) -> dict[str, Any]:
@@ -111,17 +148,46 @@ def run_logs(root: Path, run_id: str) -> list[dict[str, Any]] | None:
     return rows
 
 
-def _statuses(root: Path, selectors: tuple[str, ...], now: datetime | None) -> list[Any]:
-    from lakewrap.inspect import status
-
+@contextlib.contextmanager
+def _turn() -> Iterator[None]:
+    """One read of this process at a time; a catalog another process holds is :class:`Busy`."""
     with LOCK:
         try:
-            return status(root, selectors, now)
+            yield
         except Exception as exc:
             if HELD.search(str(exc)):
                 raise Busy("the catalog is held by another process (a run is writing it)",
                            hint="retry in a few seconds") from None
             raise
+
+
+def _statuses(root: Path, selectors: tuple[str, ...], now: datetime | None) -> list[Any]:
+    from lakewrap.inspect import status
+
+    with _turn():
+        return status(root, selectors, now)
+
+
+def _fresh(root: Path, selectors: Sequence[str], now: datetime | None) -> list[Any]:
+    """:func:`lakewrap.freshness.check`, what `lakewrap freshness --format json` prints."""
+    from lakewrap.freshness import check
+
+    with _turn():
+        return check(root, selectors, now)
+
+
+def _fresh_of(row: Any) -> dict[str, Any]:
+    """A model's freshness as `lakewrap freshness --format json` has it, without kind and name."""
+    return {k: v for k, v in row.to_dict().items() if k not in ("kind", "name")}
+
+
+def freshness(root: Path, now: datetime | None = None) -> dict[str, Any]:
+    """``lakewrap freshness --format json``: every model with a policy and every ``[sources]`` table,
+    and whether one is an error-level breach (the command's exit 1)."""
+    from lakewrap.freshness import breached
+
+    rows = _fresh(root, (), now)
+    return {"freshness": [r.to_dict() for r in rows], "breached": breached(rows)}
 
 
 def _summary(st: Any) -> dict[str, Any]:
@@ -134,8 +200,12 @@ def models(root: Path, now: datetime | None = None) -> list[dict[str, Any]]:
     """Every model in dependency order: counts of partitions, gaps, stale partitions and failures,
     and its calendar strip."""
     failed = failed_partitions(root)
-    return [{**_summary(st), "failed_partitions": sorted(failed.get(st.target.lower(), set())),
-             "strip": strip(st, failed.get(st.target.lower(), set()))} for st in _statuses(root, (), now)]
+    now = now or datetime.now(timezone.utc)  # one instant for the gaps and the ages
+    rows = _statuses(root, (), now)
+    fresh = {r.name.lower(): _fresh_of(r) for r in _fresh(root, [st.target for st in rows], now)} if rows else {}
+    return [{**_summary(st), "freshness": fresh.get(st.target.lower()),
+             "failed_partitions": sorted(failed.get(st.target.lower(), set())),
+             "strip": strip(st, failed.get(st.target.lower(), set()))} for st in rows]
 
 
 def failed_partitions(root: Path) -> dict[str, set[str]]:
@@ -183,8 +253,10 @@ def model(root: Path, target: str, now: datetime | None = None) -> dict[str, Any
         close = suggest(target, [str(s.target) for s in specs])
         raise SelectionError(f"no model `{target}`" if not found else f"`{target}` names {len(found)} models",
                              hint=f"did you mean `{close}`?" if close else "list the models with GET /models")
+    now = now or datetime.now(timezone.utc)
     st = _statuses(root, (str(found[0].target),), now)[0]
     out = _summary(st)
+    out["freshness"] = _fresh_of(_fresh(root, (st.target,), now)[0])
     failed = failed_partitions(root).get(st.target.lower(), set())
     out.update(partitions=st.partitions, gaps=st.gaps, stale=st.stale, stale_reasons=st.stale_reasons,
                failures=st.failures, failed_partitions=sorted(failed), strip=strip(st, failed))

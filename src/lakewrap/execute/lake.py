@@ -276,8 +276,11 @@ class Lake:
             raise
         return con
 
-    def attach_error(self, exc: Exception) -> ExecutionError:
+    def attach_error(self, exc: Exception) -> ExecutionError | NoLake:
         text = self.redact(str(exc))
+        if self.read_only and "creating a new DuckLake is explicitly disabled" in text:  # a PostgreSQL catalog
+            return NoLake("the lake does not exist yet: its catalog database holds no DuckLake",
+                          hint="create it with `lakewrap seed` or `lakewrap run`")
         held = HELD.search(text)
         if held:
             where = relpath(self.config.catalog_path(self.root), self.root)
