@@ -57,6 +57,8 @@ def separability(blocks: Blocks, plan: Plan) -> Separability | None:
 
 def why_not(blocks: Blocks, plan: Plan) -> str | None:
     """Why ``plan``'s model cannot be written a range at a time; None when it can."""
+    if not blocks.caps.range_writes:
+        return f"the {blocks.caps.name} materializer writes one partition per commit"
     spec = plan.model
     part = spec.partition
     assert isinstance(part, TimePartitioning)
@@ -86,7 +88,7 @@ def why_not(blocks: Blocks, plan: Plan) -> str | None:
     where = query.args["where"]
     inside = [ph for ph in where.find_all(exp.Placeholder) if ph.name in WINDOW_PARAMS]
     every = [ph for ph in query.find_all(exp.Placeholder) if ph.name in WINDOW_PARAMS]
-    top_level = [c for c in (where.this.flatten() if isinstance(where.this, exp.And) else [where.this])]
+    top_level = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
     in_bounds = [ph for c in top_level for ph in c.find_all(exp.Placeholder)
                  if isinstance(c, exp.GTE | exp.GT | exp.LT | exp.LTE) and ph.name in WINDOW_PARAMS]
     if len(every) != len(in_bounds) or len(inside) != len(in_bounds):
@@ -114,8 +116,11 @@ def _own_nodes(query: exp.Select) -> list[exp.Expr]:
         if (node := query.args.get(arg)) is not None:
             roots.append(node)
     for root in roots:
-        out += [n for n in root.walk(bfs=False, prune=lambda n: isinstance(n, exp.Subquery | exp.Select)
-                                      and n is not root)]
+        stack = [root]
+        while stack:  # depth first, not into subqueries
+            node = stack.pop()
+            out.append(node)
+            stack += [c for c in node.iter_expressions() if not isinstance(c, exp.Subquery | exp.Select)]
     return out
 
 

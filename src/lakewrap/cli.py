@@ -183,6 +183,11 @@ def parallel_options(fn: F) -> F:
     return fn
 
 
+batch_size_option = click.option(
+    "--batch-size", type=int, default=None,
+    help="Partitions per statement pair in a range of a separable model (default: its batch=, 31; 1: per "
+         "partition). docs/running.md, \"Range backfills\".")
+
 reappend_option = click.option(
     "--reappend", is_flag=True,
     help="Append again the partitions of append models that are already recorded (duplicates their rows).")
@@ -200,6 +205,7 @@ reappend_option = click.option(
 @click.option("--stale", is_flag=True, help="Only the partitions whose upstream data changed since they were "
               "built (DuckLake change feeds; docs/maintenance.md).")
 @reappend_option
+@batch_size_option
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @parallel_options
@@ -207,7 +213,8 @@ reappend_option = click.option(
 @handled
 def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
             end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, stale: bool, reappend: bool,
-            now: str | None, fmt: str, workers: int | None, executor: str, scheduler: str | None,
+            batch_size: int | None, now: str | None, fmt: str, workers: int | None, executor: str,
+            scheduler: str | None,
             project: Path) -> None:
     """Materialize the selected models in dependency order, one transaction per partition."""
     from lakewrap.runner import run_project
@@ -215,7 +222,7 @@ def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str
     report = run_project(project, selectors, exclude=exclude, partition=partition, start=start, end=end,
                          full_refresh=full_refresh, strict=strict, now=logical_time(now), workers=workers,
                          executor=executor, scheduler=scheduler, fail_fast=fail_fast, stale=stale,
-                         reappend=reappend)
+                         reappend=reappend, batch_size=batch_size)
     _emit_run(report, fmt)
 
 
@@ -295,6 +302,7 @@ def _emit_tests(report: Any) -> None:
 @click.option("--missing-only", is_flag=True, help="Skip partitions already materialized with the same SQL "
               "whose inputs did not change since.")
 @reappend_option
+@batch_size_option
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
 @click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
@@ -303,7 +311,8 @@ def _emit_tests(report: Any) -> None:
 @project_option
 @handled
 def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tuple[str, ...], missing_only: bool,
-                 reappend: bool, fail_fast: bool, strict: bool, now: str | None, fmt: str, workers: int | None,
+                 reappend: bool, batch_size: int | None, fail_fast: bool, strict: bool, now: str | None, fmt: str,
+                 workers: int | None,
                  executor: str, scheduler: str | None, project: Path) -> None:
     """Materialize every partition from --start to --end, in dependency order per partition."""
     from lakewrap.progress import for_terminal, summary
@@ -312,7 +321,7 @@ def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tupl
     report = run_project(project, selectors, exclude=exclude, start=start, end=end, strict=strict,
                          now=logical_time(now), workers=workers, executor=executor, scheduler=scheduler,
                          fail_fast=fail_fast, missing_only=missing_only, command="backfill",
-                         progress=for_terminal(fmt), reappend=reappend)
+                         progress=for_terminal(fmt), reappend=reappend, batch_size=batch_size)
     _emit_summary(report, fmt, summary(report))
 
 

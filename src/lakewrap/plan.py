@@ -6,6 +6,7 @@ The planner decides *what* one materialization covers; the compilers decide *how
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import field
 from datetime import datetime, timezone
 from typing import Literal
@@ -103,7 +104,7 @@ def bind_range(part: TimePartitioning, values: tuple[str, ...]) -> Binding:
     each = tuple(bind_time(part, v) for v in values)
     if len(each) < 2:
         raise PlanError("a range binding needs at least two partitions")
-    for a, b in zip(each, each[1:]):
+    for a, b in itertools.pairwise(each):
         if parse_partition(Grain(part.grain), a.value, part.tz).next().value != b.value:
             raise PlanError(f"partitions {a.value} and {b.value} are not consecutive; a batch covers a range")
     return Binding(kind="time", value=each[0].value, start=each[0].start, end=each[-1].end,

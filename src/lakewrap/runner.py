@@ -60,13 +60,16 @@ def run_project(
     progress: Any = None,
     stale: bool = False,
     reappend: bool = False,
+    batch_size: int | None = None,
 ) -> RunReport:
     """Materialize the selected models of the project at ``root`` (see :mod:`lakewrap.scheduler`).
 
     Independent models run in parallel on ``workers`` (default: one per core for the ``process`` and
     ``dask`` executors, one for threads: :func:`lakewrap.scheduler.default_workers`); ``executor`` is
     ``auto``, ``thread``, ``process``, ``dask`` or a callable ``fn(task) -> Result``. An ``append``
-    partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`).
+    partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`). A range
+    of a separable model is written ``batch_size`` partitions at a time (default: the model's
+    ``batch=``; :mod:`lakewrap.batches`).
 
     Example:
         >>> report = run_project(Path("examples/shop"), ["orders+"], partition="2024-01-02")  # doctest: +SKIP
@@ -78,7 +81,8 @@ def run_project(
     opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
                             end=end, full_refresh=full_refresh, strict=strict, now=now, workers=workers,
                             executor=executor, scheduler=scheduler, fail_fast=fail_fast,
-                            missing_only=missing_only, command=command, stale=stale, reappend=reappend)
+                            missing_only=missing_only, command=command, stale=stale, reappend=reappend,
+                            batch_size=batch_size)
     return sched.run(root, opts, run_id=run_id, progress=progress)
 
 

@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lakewrap.batches import batch_steps, member_result
 from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
 from lakewrap.config import load_config
 from lakewrap.contracts_graph import catalog_of, check_run
@@ -83,13 +84,14 @@ class RunOptions:
     command: str = "run"
     stale: bool = False  # only the partitions whose inputs changed since they were built (lakewrap.stale)
     reappend: bool = False  # append again the partitions of append models that are already recorded
+    batch_size: int | None = None  # partitions per batch of a range backfill (None: each model's batch=)
 
     def to_args(self) -> dict[str, Any]:
         return {"selectors": list(self.selectors), "exclude": list(self.exclude), "partition": self.partition,
                 "start": self.start, "end": self.end, "full_refresh": self.full_refresh, "strict": self.strict,
                 "now": self.now.isoformat() if self.now else None, "fail_fast": self.fail_fast,
                 "missing_only": self.missing_only, "command": self.command, "stale": self.stale,
-                "reappend": self.reappend}
+                "reappend": self.reappend, "batch_size": self.batch_size}
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> RunOptions:
@@ -99,7 +101,7 @@ class RunOptions:
                    full_refresh=bool(args.get("full_refresh")), strict=bool(args.get("strict")), now=now,
                    fail_fast=bool(args.get("fail_fast")), missing_only=bool(args.get("missing_only")),
                    command=args.get("command") or "run", stale=bool(args.get("stale")),
-                   reappend=bool(args.get("reappend")))
+                   reappend=bool(args.get("reappend")), batch_size=args.get("batch_size"))
 
 
 def default_workers(executor: Any = "process") -> int:
@@ -145,8 +147,9 @@ class Step:
     index: int
     task: Task
     deps: set[int] = field(default_factory=set)
-    status: str = "pending"  # pending | running | a Result status | done (not re-run)
+    status: str = "pending"  # pending | running | a Result status | done (not re-run) | batched
     reason: str = ""  # why a ``done`` step is not re-run (lakewrap.skips)
+    members: list[int] = field(default_factory=list)  # a batch's leader: the steps it writes too (lakewrap.batches)
 
 
 def build_steps(project: Project, selected: Sequence[ModelSpec], partitions: Sequence[Sequence[str | None]],
@@ -212,12 +215,17 @@ class Scheduler:
             self.runner.cancel()
 
     def _finish(self, step: Step, result: Result) -> None:
+        if step.members:  # a batch: its members finish with it (lakewrap.batches)
+            result.batch = list(step.task.batch)
         step.status = result.status
         self.results[step.index] = result
         self.report.results.append(result)
         self.log.step(result)
         if self.progress:
             self.progress("step", result)
+        for i in step.members:
+            member = self.steps[i]
+            self._finish(member, member_result(result, member.task.partition or "", step.task.batch))
 
     def skip_pending(self, why: str) -> None:
         """Record every step not started as ``skipped`` for ``why``."""
@@ -371,6 +379,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         # append partitions already recorded
         try:
             skip_done(prep, substrate, lake, con, resume is not None)
+            batch_done(prep, substrate, lake, con)
         except BaseException:
             lake.close(con)
             raise
@@ -383,7 +392,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
             runner.cache = prep.cache
         runner.start(lake, prep.project, con)
         stack.callback(runner.close)
-        todo = [s for s in prep.steps if s.status == "pending"]
+        todo = [s for s in prep.steps if s.status in ("pending", "batched")]
         # a resumed run's counts cover every step of the run: those it committed before, too
         report.earlier = sum(s.status == "done" and s.reason == RESUMED for s in prep.steps)
         log = RunLog.open(substrate.runlog(lake, con), lake.redact, prep.run_id, opts.command,
@@ -444,6 +453,19 @@ def skip_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any, resumin
     mark(prep.steps, prep.selected, prep.project, substrate.step_records(lake, con), run_id=prep.run_id,
          resuming=resuming, missing_only=prep.opts.missing_only, reappend=prep.opts.reappend,
          full_refresh=prep.opts.full_refresh, sha_of=sha_of)
+
+
+def batch_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any) -> None:
+    """Cut the pending steps of separable models into range batches (:mod:`lakewrap.batches`)."""
+
+    def separable(spec: ModelSpec, partition: str) -> bool:
+        try:
+            compiled = compile_plan(substrate.plan_step(lake, con, spec, partition, prep.now), prep.cache)
+        except Exception:  # it fails again when it runs, per partition, and is reported there
+            return False
+        return compiled.separable is not None and compiled.separable.proven
+
+    batch_steps(prep.steps, prep.project.models, size=prep.opts.batch_size, separable=separable)
 
 
 def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None) -> RunReport:

@@ -22,7 +22,7 @@ from lakewrap.errors import PlanError, SelectionError
 from lakewrap.execute.executor import Result
 from lakewrap.execute.locate import located, remember
 from lakewrap.partitions import Grain, parse_partition, partition_range
-from lakewrap.plan import Plan, Substrate, make_plan
+from lakewrap.plan import Plan, Substrate, make_plan, widen
 from lakewrap.spec import ModelSpec, TimePartitioning
 from lakewrap.substrates.registry import resolve
 from lakewrap.targetdir import write_atomic
@@ -158,9 +158,10 @@ def plan_model(spec: ModelSpec, value: str | None, now: datetime, *, substrate: 
 
 
 def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value: str | None, now: datetime,
-                     cache: _Cache | None, *, drop_first: bool = False) -> Result:
+                     cache: _Cache | None, *, drop_first: bool = False, batch: Sequence[str] = ()) -> Result:
     """Plan, compile and run one step on ``lake`` (any substrate's handle) through ``executor`` (its
-    materializer); never raises for model or data errors (they are in the result)."""
+    materializer); never raises for model or data errors (they are in the result). ``batch``: the
+    partitions of a range backfill's batch (``value`` first), written with one window."""
     substrate = resolve(lake.config)
     ran = None
     try:
@@ -170,6 +171,8 @@ def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value:
             ran = run_model(substrate, lake, con, spec, value, now)
             spec = ran.spec
         plan = substrate.plan_step(lake, con, spec, value, now)
+        if len(batch) > 1:
+            plan = widen(plan, tuple(batch))
         if spec.tests:
             from lakewrap.testfiles import read_test_files
 

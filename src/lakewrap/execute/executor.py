@@ -66,6 +66,8 @@ class Result:
     log_lines: list[str] = field(default_factory=list)  # a Python model's ctx.log(...) lines (the run log's)
     # the model's hooks that ran around it (lakewrap.hooks.HookRun as dicts)
     hooks: list[dict[str, Any]] = field(default_factory=list)
+    # a batch of a range backfill (lakewrap.batches): every partition its one commit wrote
+    batch: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
