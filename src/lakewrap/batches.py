@@ -83,3 +83,48 @@ def member_result(result: Result, partition: str, batch: Sequence[str]) -> Resul
     return dataclasses.replace(result, partition=partition, rows_inserted=0, rows_updated=0, rows_deleted=0,
                                warnings=[], tests=[], attempt_errors=[], log_lines=[], hooks=[],
                                schema_changes=[], batch=list(batch))
+
+
+def chunks(values: Sequence[str], limit: int) -> list[tuple[str, ...]]:
+    """``values`` cut into consecutive runs of at most ``limit``."""
+    return [tuple(values[i:i + limit]) for i in range(0, len(values), max(1, limit))]
+
+
+def compile_range(root: Any, selectors: Sequence[str] = (), *, exclude: Sequence[str] = (), start: str, end: str,
+                  batch_size: int | None = None, now: Any = None, use_cache: bool = True) -> list[Any]:
+    """What ``lakewrap compile --start/--end`` prints: per selected model in dependency order, one
+    compiled plan per batch of a separable model (its ``window.partitions`` the batch's partitions)
+    and one per partition of any other; an unpartitioned model's one plan."""
+    from datetime import datetime, timezone
+
+    from lakewrap.compile import _Cache, compile_plan, load_project, plan_for
+    from lakewrap.config import load_config
+    from lakewrap.errors import PlanError
+    from lakewrap.plan import widen
+    from lakewrap.project import require_project
+    from lakewrap.steps import plan_partitions, refuse_empty
+    from lakewrap.substrates.registry import key
+
+    if batch_size is not None and batch_size < 1:
+        raise PlanError(f"--batch-size must be at least 1, not {batch_size}")
+    root = require_project(root)
+    now = now or datetime.now(timezone.utc)
+    substrate = key(load_config(root).lake)
+    cache = _Cache.open(root.resolve(), use_cache) or _Cache.memory()
+    project = load_project(root, cache)
+    selected = project.select(selectors, exclude)
+    refuse_empty(selected, selectors, exclude)
+    out = []
+    for spec, values in zip(selected, plan_partitions(selected, None, start, end), strict=True):
+        first = compile_plan(plan_for(spec, substrate, values[0], now, root), cache)
+        part = spec.partition
+        limit = (batch_size or part.batch) if isinstance(part, TimePartitioning) else 1
+        if first.separable is None or not first.separable.proven or limit < 2:
+            out.append(first)
+            out += [compile_plan(plan_for(spec, substrate, v, now, root), cache) for v in values[1:]]
+            continue
+        for chunk in chunks([v for v in values if v is not None], limit):
+            plan = plan_for(spec, substrate, chunk[0], now, root)
+            out.append(compile_plan(widen(plan, chunk) if len(chunk) > 1 else plan, cache))
+    cache.save()
+    return out

@@ -62,10 +62,18 @@ def _exit_without_collecting() -> None:
         atexit.register(gc.freeze)
 
 
+batch_size_option = click.option(
+    "--batch-size", type=int, default=None,
+    help="Partitions per statement pair in a range of a separable model (default: its batch=, 31; 1: per "
+         "partition). docs/running.md, \"Range backfills\".")
+
 @main.command("compile")
 @click.argument("selectors", nargs=-1)
 @click.option("--exclude", multiple=True, help="Selectors to leave out.")
 @click.option("--partition", help="Partition value for partitioned models (e.g. 2024-01-02).")
+@click.option("--start", help="First partition of a range (inclusive): one plan per batch or partition.")
+@click.option("--end", help="Last partition of a range (inclusive).")
+@batch_size_option
 @click.option("--format", "fmt", type=click.Choice(["sql", "json"]), default="sql", show_default=True)
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write target/cache/.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
@@ -73,8 +81,9 @@ def _exit_without_collecting() -> None:
 @project_option
 @handled
 def compile_cmd(
-    selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, fmt: str, no_cache: bool,
-    now: str | None, as_of: str | None, project: Path,
+    selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
+    end: str | None, batch_size: int | None, fmt: str, no_cache: bool, now: str | None, as_of: str | None,
+    project: Path,
 ) -> None:
     """Print the exact statements a run would execute, per model, in dependency order.
 
@@ -87,6 +96,19 @@ def compile_cmd(
     from lakewrap.project import require_project
 
     require_project(project)
+    if start is not None or end is not None:  # a range: the batches a run would write (lakewrap.batches)
+        from lakewrap.batches import compile_range
+        from lakewrap.errors import PlanError
+
+        if as_of is not None or partition is not None:
+            raise PlanError("--start/--end take neither --partition nor --as-of",
+                            hint="compile one partition with --partition, or a range with --start/--end")
+        if start is None or end is None:
+            raise PlanError("give both --start and --end", hint="e.g. --start 2024-01-01 --end 2024-01-31")
+        plans = compile_range(project, selectors, exclude=exclude, start=start, end=end, batch_size=batch_size,
+                              now=logical_time(now), use_cache=not no_cache)
+        _write(plans_json(plans) if fmt == "json" else plans_sql(plans))
+        return
     if as_of is not None:  # reads the lake (lakewrap.provenance); plain compile never does
         from lakewrap.cli_provenance import emit_as_of
         from lakewrap.provenance import compile_as_of
@@ -182,11 +204,6 @@ def parallel_options(fn: F) -> F:
                       "1 for threads).")(fn)
     return fn
 
-
-batch_size_option = click.option(
-    "--batch-size", type=int, default=None,
-    help="Partitions per statement pair in a range of a separable model (default: its batch=, 31; 1: per "
-         "partition). docs/running.md, \"Range backfills\".")
 
 reappend_option = click.option(
     "--reappend", is_flag=True,

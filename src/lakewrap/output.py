@@ -36,6 +36,9 @@ def plan_sql(plan: CompiledPlan) -> str:
         bounds = f"[{w.start}, {w.end})" if w.closed == "[start, end)" else f"({w.start}, {w.end}]"
         extra = f", lookback {w.lookback}" if w.lookback else ""
         label = "watermark" if w.kind == "dynamic" else w.value
+        if w.partitions:  # a batch of a range backfill (lakewrap.batches)
+            label = (f"{w.partitions[0].value}..{w.partitions[-1].value} "
+                     f"(a batch of {len(w.partitions)}, one state row each)")
         lines.append(f"-- partition:  {label}  window {bounds}{extra}")
     else:
         lines.append("-- partition:  (none: the whole table)")
