@@ -28,6 +28,16 @@ if TYPE_CHECKING:
 BATCHED = "batched"  # a member step's status until its leader finishes
 
 
+def check_batch_size(size: int | None) -> None:
+    """Refuse a ``--batch-size`` below 1 (before anything opens the lake)."""
+    if size is not None and size < 1:
+        from lakewrap.errors import PlanError
+
+        raise PlanError(f"--batch-size must be at least 1, not {size}",
+                        hint="give --batch-size 1 to write per partition, or leave it out for each model's batch= "
+                        "(default 31)")
+
+
 def batch_steps(steps: Sequence[Any], models: dict[str, ModelSpec], *, size: int | None,
                 separable: Callable[[ModelSpec, str], bool]) -> None:
     """Merge runs of consecutive pending steps of one target into batches (in place).
@@ -36,10 +46,7 @@ def batch_steps(steps: Sequence[Any], models: dict[str, ModelSpec], *, size: int
     each target's partition order; ``size`` overrides every model's ``batch=``; ``separable(spec,
     first partition)`` is the compiled plan's verdict.
     """
-    if size is not None and size < 1:
-        from lakewrap.errors import PlanError
-
-        raise PlanError(f"--batch-size must be at least 1, not {size}")
+    check_batch_size(size)
     by_target: dict[str, list[Any]] = {}
     for s in steps:
         by_target.setdefault(s.task.target, []).append(s)
@@ -99,14 +106,12 @@ def compile_range(root: Any, selectors: Sequence[str] = (), *, exclude: Sequence
 
     from lakewrap.compile import _Cache, compile_plan, load_project, plan_for
     from lakewrap.config import load_config
-    from lakewrap.errors import PlanError
     from lakewrap.plan import widen
     from lakewrap.project import require_project
     from lakewrap.steps import plan_partitions, refuse_empty
     from lakewrap.substrates.registry import key
 
-    if batch_size is not None and batch_size < 1:
-        raise PlanError(f"--batch-size must be at least 1, not {batch_size}")
+    check_batch_size(batch_size)
     root = require_project(root)
     now = now or datetime.now(timezone.utc)
     substrate = key(load_config(root).lake)

@@ -43,7 +43,12 @@ def plan_sql(plan: CompiledPlan) -> str:
     else:
         lines.append("-- partition:  (none: the whole table)")
     verdict = {True: "yes", False: "NO", None: "unknown"}[plan.idempotent]
-    lines += [f"-- idempotent: {verdict} ({plan.idempotent_note})", f"-- sql_sha256: {plan.sql_sha256}", RULE]
+    lines.append(f"-- idempotent: {verdict} ({plan.idempotent_note})")
+    if plan.separable is not None:  # whether a range backfill batches it (compilers/separable.py)
+        sep = plan.separable
+        lines.append(f"-- batches:    yes, batch={sep.batch} unless --batch-size ({sep.reason})" if sep.proven
+                     else f"-- batches:    NO, per partition ({sep.reason})")
+    lines += [f"-- sql_sha256: {plan.sql_sha256}", RULE]
     # e.g. Iceberg through DuckDB SQL: the leading setup statements (namespaces, the state table) run
     # before BEGIN, since a table cannot be created in a namespace created in the same transaction.
     early = 0

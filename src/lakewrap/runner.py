@@ -77,7 +77,9 @@ def run_project(
     """
     root = root.resolve()
     from lakewrap import scheduler as sched
+    from lakewrap.batches import check_batch_size
 
+    check_batch_size(batch_size)
     opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
                             end=end, full_refresh=full_refresh, strict=strict, now=now, workers=workers,
                             executor=executor, scheduler=scheduler, fail_fast=fail_fast,
