@@ -107,7 +107,7 @@ def compile_cmd(
             raise PlanError("give both --start and --end", hint="e.g. --start 2024-01-01 --end 2024-01-31")
         plans = compile_range(project, selectors, exclude=exclude, start=start, end=end, batch_size=batch_size,
                               now=logical_time(now), use_cache=not no_cache)
-        _write(plans_json(plans) if fmt == "json" else plans_sql(plans))
+        _write(plans_json(plans) if fmt == "json" else plans_sql(plans, batches=True))
         return
     if as_of is not None:  # reads the lake (lakewrap.provenance); plain compile never does
         from lakewrap.cli_provenance import emit_as_of
