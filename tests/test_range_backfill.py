@@ -7,7 +7,7 @@
   a reference computed here in plain DuckDB, for delete+insert (with and without lookback), append
   and merge.
 * After a range run: one state row per partition (same run, SQL hash, pins), explain and
-  reproduce per partition, ``--missing-only`` skips every partition, ``--stale`` re-runs only the
+  restore per partition, ``--missing-only`` skips every partition, ``--stale`` re-runs only the
   changed one, and ``resume`` runs only the failed batch's partitions.
 """
 
@@ -372,6 +372,12 @@ def test_state_explain_missing_only_stale_resume_after_a_range_run(tmp_path: Pat
     assert project.seed().ok
     stale = lake_cli(tmp_path, "run", "--stale")
     assert [(r["partition"], r["batch"]) for r in stale["results"]] == [(day(1), [])]
+    assert table_w(project) == sorted((i, ts, v) for i, ts, v in rows)
+    # restore: day 1 alone, back to what the range run's batch committed; the other days untouched
+    restored = project.restore("m.di", partition=day(1), to_run=run_id)
+    assert restored.partition == day(1) and restored.from_run == run_id
+    assert (restored.result.rows_deleted, restored.result.rows_inserted) == (5, 5)  # ids 1, 9, 17, 25, 33
+    rows[1] = (1, rows[1][1], 1)
     assert table_w(project) == sorted((i, ts, v) for i, ts, v in rows)
 
 
