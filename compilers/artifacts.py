@@ -11,7 +11,7 @@ from dataclasses import field
 from typing import Literal
 
 from lakewrap.frozen import Frozen
-from lakewrap.plan import Param
+from lakewrap.plan import Binding, Param
 
 # The temporary table a plan stages the SELECT's rows in (the executor counts them there).
 STAGE = "__lakewrap_stage"
@@ -110,6 +110,14 @@ class CommitOp(Frozen):
         return text
 
 
+class PartitionWindow(Frozen):
+    """One partition of a batch: its value and its own window (with its lookback)."""
+
+    value: str
+    start: str
+    end: str
+
+
 class Window(Frozen):
     """The window a partitioned materialization covers (ISO 8601 with offsets)."""
 
@@ -119,6 +127,29 @@ class Window(Frozen):
     end: str
     closed: Literal["[start, end)", "(start, end]"]
     lookback: int = 0
+    # a batch of a range backfill (docs/strategies.md, "Range backfills"): the partitions the window
+    # covers, each with its own window; one state row is recorded for each. Empty: one partition.
+    partitions: tuple[PartitionWindow, ...] = ()
+
+
+def window_of(binding: Binding | None) -> Window | None:
+    """The :class:`Window` of a plan's binding (None: unpartitioned)."""
+    if binding is None:
+        return None
+    return Window(kind=binding.kind, value=binding.value, start=binding.start.isoformat(),
+                  end=binding.end.isoformat(), closed="[start, end)" if binding.kind == "time" else "(start, end]",
+                  lookback=binding.lookback,
+                  partitions=tuple(PartitionWindow(value=b.value, start=b.start.isoformat(), end=b.end.isoformat())
+                                   for b in binding.partitions))
+
+
+class Separability(Frozen):
+    """Whether a range backfill may write several partitions of a time-partitioned model with one
+    statement pair (``compilers/separable.py``), and how many per batch (``batch=N``)."""
+
+    proven: bool
+    reason: str  # what the proof found, or what kept it from holding
+    batch: int
 
 
 class CompiledPlan(Frozen):
@@ -140,6 +171,8 @@ class CompiledPlan(Frozen):
     # Iceberg (write path pyiceberg): the commit operations applied after the statements, in one
     # table.transaction(). Empty for every SQL write path.
     commits: tuple[CommitOp, ...] = ()
+    # time-partitioned plans: whether range backfills batch its partitions (None: not time-partitioned)
+    separable: Separability | None = None
 
     @staticmethod
     def digest(statements: tuple[CompiledStatement, ...], commits: tuple[CommitOp, ...] = ()) -> str:

@@ -15,7 +15,8 @@ from sqlglot import exp
 
 from lakewrap.compilers import checks, schema
 from lakewrap.compilers import sql as q
-from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Effect, SchemaCheck, Window
+from lakewrap.compilers.artifacts import CompiledPlan, CompiledStatement, Effect, SchemaCheck, window_of
+from lakewrap.compilers.separable import separability
 from lakewrap.compilers.shape import Capabilities, Shape, stages_result
 from lakewrap.compilers.strategies import Strategies
 from lakewrap.plan import Plan
@@ -75,17 +76,7 @@ class Compiler(Strategies):
             )
         stmts = tuple(statements)
         idem, note = self.idempotency(plan)
-        binding = plan.binding
-        window = None
-        if binding is not None:
-            window = Window(
-                kind=binding.kind,
-                value=binding.value,
-                start=binding.start.isoformat(),
-                end=binding.end.isoformat(),
-                closed="[start, end)" if binding.kind == "time" else "(start, end]",
-                lookback=binding.lookback,
-            )
+        window = window_of(plan.binding)
         return CompiledPlan(
             model=spec.path.rsplit("/", 1)[-1].removesuffix(".sql"),
             path=spec.path,
@@ -99,6 +90,7 @@ class Compiler(Strategies):
             statements=stmts,
             sql_sha256=CompiledPlan.digest(stmts),
             schema_check=self.schema_check(plan, shapes),
+            separable=separability(self, plan),
         )
 
     def probe(self, plan: Plan) -> CompiledStatement:

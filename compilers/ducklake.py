@@ -7,7 +7,7 @@ from lakewrap.compilers.base import Capabilities, Compiler
 
 class DuckLakeCompiler(Compiler):
     """DuckLake supports views, ``CREATE OR REPLACE``, MERGE with one UPDATE action, and
-    ``ALTER TABLE ... SET PARTITIONED BY``."""
+    ``ALTER TABLE ... SET PARTITIONED BY``; its materializer writes range batches."""
 
     caps = Capabilities(
         name="ducklake",
@@ -18,4 +18,5 @@ class DuckLakeCompiler(Compiler):
         max_merge_update_actions=1,
         supports_merge_predicate=True,
         partition_ddl=True,
+        range_writes=True,
     )

@@ -379,7 +379,8 @@ def history(alias: str) -> str:
         "FROM lakewrap.materializations AS m LEFT JOIN snapshots() AS s "
         "ON json_extract_string(s.commit_extra_info, '$.run_id') = m.run_id "
         "AND json_extract_string(s.commit_extra_info, '$.target') = m.target "
-        "AND coalesce(json_extract_string(s.commit_extra_info, '$.partition'), '') = coalesce(m.partition_value, '') "
+        "AND (coalesce(json_extract_string(s.commit_extra_info, '$.partition'), '') = coalesce(m.partition_value, '') "
+        "OR list_contains(json_extract_string(s.commit_extra_info, '$.batch[*]'), m.partition_value)) "
         "WHERE m.target = $target ORDER BY m.committed_at DESC",
         read="duckdb",
     )

@@ -298,8 +298,10 @@ def materializations(alias: str, by: str) -> str:
     on = exp.and_(
         exp.EQ(this=info("run_id"), expression=q.col("run_id", "m")),
         exp.EQ(this=info("target"), expression=q.col("target", "m")),
-        exp.EQ(this=exp.func("coalesce", info("partition"), q.string("")),
-               expression=exp.func("coalesce", q.col("partition_value", "m"), q.string(""))),
+        exp.or_(exp.EQ(this=exp.func("coalesce", info("partition"), q.string("")),
+                       expression=exp.func("coalesce", q.col("partition_value", "m"), q.string(""))),
+                # a batch of a range backfill: one commit for all of its partitions
+                exp.func("list_contains", info("batch[*]"), q.col("partition_value", "m")), copy=False),
         copy=False,
     )
     from lakewrap.compilers.lake import member_snapshots

@@ -192,7 +192,8 @@ def append_records(alias: str) -> str:
         "m.run_id FROM lakewrap.materializations AS m LEFT JOIN snapshots() AS s "
         "ON json_extract_string(s.commit_extra_info, '$.run_id') = m.run_id "
         "AND json_extract_string(s.commit_extra_info, '$.target') = m.target "
-        "AND coalesce(json_extract_string(s.commit_extra_info, '$.partition'), '') = coalesce(m.partition_value, '') "
+        "AND (coalesce(json_extract_string(s.commit_extra_info, '$.partition'), '') = coalesce(m.partition_value, '') "
+        "OR list_contains(json_extract_string(s.commit_extra_info, '$.batch[*]'), m.partition_value)) "
         "WHERE m.target = $target ORDER BY s.snapshot_id NULLS FIRST, m.committed_at",
         read="duckdb",
     )

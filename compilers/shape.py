@@ -68,6 +68,9 @@ class Capabilities:
     # The attached catalog every lake table is named in (three-part names), for a substrate whose
     # catalog cannot be selected with USE (Iceberg through DuckDB's REST client); None: two-part.
     catalog: str | None = None
+    # The materializer records one state row per partition of a range window (Window.partitions), so
+    # a range backfill of a separable model may write a batch of partitions with one statement pair.
+    range_writes: bool = False
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ class Project:
             end: str | None = None, full_refresh: bool = False, strict: bool = False,
             now: datetime | None = None, workers: int | None = None, executor: Any = "auto",
             scheduler: str | None = None, fail_fast: bool = False, stale: bool = False,
-            reappend: bool = False) -> RunReport:
+            reappend: bool = False, batch_size: int | None = None) -> RunReport:
         """Materialize the selected models (see ``lakewrap run``); failures are in the report.
 
         ``stale=True`` runs only the partitions whose upstream data changed since they were built
@@ -102,17 +102,20 @@ class Project:
 
         return run_project(self.root, selectors, partition=partition, start=start, end=end,
                            full_refresh=full_refresh, strict=strict, now=now, workers=workers, executor=executor,
-                           scheduler=scheduler, fail_fast=fail_fast, stale=stale, reappend=reappend)
+                           scheduler=scheduler, fail_fast=fail_fast, stale=stale, reappend=reappend,
+                           batch_size=batch_size)
 
     def backfill(self, selectors: Sequence[str] = (), *, start: str, end: str, missing_only: bool = False,
                  now: datetime | None = None, workers: int | None = None, executor: Any = "auto",
-                 scheduler: str | None = None, fail_fast: bool = False, reappend: bool = False) -> RunReport:
-        """Every partition from ``start`` to ``end`` (see ``lakewrap backfill``)."""
+                 scheduler: str | None = None, fail_fast: bool = False, reappend: bool = False,
+                 batch_size: int | None = None) -> RunReport:
+        """Every partition from ``start`` to ``end`` (see ``lakewrap backfill``); a separable model's
+        partitions ``batch_size`` at a time (default: its ``batch=``)."""
         from lakewrap.runner import run_project
 
         return run_project(self.root, selectors, start=start, end=end, now=now, workers=workers, executor=executor,
                            scheduler=scheduler, fail_fast=fail_fast, missing_only=missing_only, command="backfill",
-                           reappend=reappend)
+                           reappend=reappend, batch_size=batch_size)
 
     def resume(self, run_id: str, *, workers: int | None = None, executor: Any = "auto",
                scheduler: str | None = None) -> RunReport:

@@ -62,10 +62,18 @@ def _exit_without_collecting() -> None:
         atexit.register(gc.freeze)
 
 
+batch_size_option = click.option(
+    "--batch-size", type=int, default=None,
+    help="Partitions per statement pair in a range of a separable model (default: its batch=, 31; 1: per "
+         "partition). docs/running.md, \"Range backfills\".")
+
 @main.command("compile")
 @click.argument("selectors", nargs=-1)
 @click.option("--exclude", multiple=True, help="Selectors to leave out.")
 @click.option("--partition", help="Partition value for partitioned models (e.g. 2024-01-02).")
+@click.option("--start", help="First partition of a range (inclusive): one plan per batch or partition.")
+@click.option("--end", help="Last partition of a range (inclusive).")
+@batch_size_option
 @click.option("--format", "fmt", type=click.Choice(["sql", "json"]), default="sql", show_default=True)
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write target/cache/.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
@@ -73,8 +81,9 @@ def _exit_without_collecting() -> None:
 @project_option
 @handled
 def compile_cmd(
-    selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, fmt: str, no_cache: bool,
-    now: str | None, as_of: str | None, project: Path,
+    selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
+    end: str | None, batch_size: int | None, fmt: str, no_cache: bool, now: str | None, as_of: str | None,
+    project: Path,
 ) -> None:
     """Print the exact statements a run would execute, per model, in dependency order.
 
@@ -87,6 +96,19 @@ def compile_cmd(
     from lakewrap.project import require_project
 
     require_project(project)
+    if start is not None or end is not None:  # a range: the batches a run would write (lakewrap.batches)
+        from lakewrap.batches import compile_range
+        from lakewrap.errors import PlanError
+
+        if as_of is not None or partition is not None:
+            raise PlanError("--start/--end take neither --partition nor --as-of",
+                            hint="compile one partition with --partition, or a range with --start/--end")
+        if start is None or end is None:
+            raise PlanError("give both --start and --end", hint="e.g. --start 2024-01-01 --end 2024-01-31")
+        plans = compile_range(project, selectors, exclude=exclude, start=start, end=end, batch_size=batch_size,
+                              now=logical_time(now), use_cache=not no_cache)
+        _write(plans_json(plans) if fmt == "json" else plans_sql(plans, batches=True))
+        return
     if as_of is not None:  # reads the lake (lakewrap.provenance); plain compile never does
         from lakewrap.cli_provenance import emit_as_of
         from lakewrap.provenance import compile_as_of
@@ -209,6 +231,7 @@ reappend_option = click.option(
 @click.option("--stale", is_flag=True, help="Only the partitions whose upstream data changed since they were "
               "built (DuckLake change feeds; docs/maintenance.md).")
 @reappend_option
+@batch_size_option
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @parallel_options
@@ -217,16 +240,17 @@ reappend_option = click.option(
 @handled
 def run_cmd(selectors: tuple[str, ...], exclude: tuple[str, ...], partition: str | None, start: str | None,
             end: str | None, full_refresh: bool, strict: bool, fail_fast: bool, stale: bool, reappend: bool,
-            now: str | None, fmt: str, workers: int | None, executor: str, scheduler: str | None,
-            no_group: bool, atomic: bool, project: Path) -> None:
+            batch_size: int | None, now: str | None, fmt: str, workers: int | None, executor: str,
+            scheduler: str | None, no_group: bool, atomic: bool, project: Path) -> None:
     """Materialize the selected models in dependency order, one transaction per partition (several
-    at once on a DuckLake: group commit; --atomic: the whole run)."""
+    at once on a DuckLake: group commit and range batches; --atomic: the whole run)."""
     from lakewrap.runner import run_project
 
     report = run_project(project, selectors, exclude=exclude, partition=partition, start=start, end=end,
                          full_refresh=full_refresh, strict=strict, now=logical_time(now), workers=workers,
                          executor=executor, scheduler=scheduler, fail_fast=fail_fast, stale=stale,
-                         reappend=reappend, group=False if no_group else None, atomic=atomic)
+                         reappend=reappend, batch_size=batch_size, group=False if no_group else None,
+                         atomic=atomic)
     _emit_run(report, fmt)
 
 
@@ -306,6 +330,7 @@ def _emit_tests(report: Any) -> None:
 @click.option("--missing-only", is_flag=True, help="Skip partitions already materialized with the same SQL "
               "whose inputs did not change since.")
 @reappend_option
+@batch_size_option
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure.")
 @click.option("--strict", is_flag=True, help="Refuse an empty result for a partition that has data.")
 @click.option("--now", "now", help="Logical run time, ISO 8601 (default: the current time).")
@@ -315,8 +340,9 @@ def _emit_tests(report: Any) -> None:
 @project_option
 @handled
 def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tuple[str, ...], missing_only: bool,
-                 reappend: bool, fail_fast: bool, strict: bool, now: str | None, fmt: str, workers: int | None,
-                 executor: str, scheduler: str | None, no_group: bool, atomic: bool, project: Path) -> None:
+                 reappend: bool, batch_size: int | None, fail_fast: bool, strict: bool, now: str | None, fmt: str,
+                 workers: int | None, executor: str, scheduler: str | None, no_group: bool, atomic: bool,
+                 project: Path) -> None:
     """Materialize every partition from --start to --end, in dependency order per partition."""
     from lakewrap.progress import for_terminal, summary
     from lakewrap.runner import run_project
@@ -324,8 +350,8 @@ def backfill_cmd(selectors: tuple[str, ...], start: str, end: str, exclude: tupl
     report = run_project(project, selectors, exclude=exclude, start=start, end=end, strict=strict,
                          now=logical_time(now), workers=workers, executor=executor, scheduler=scheduler,
                          fail_fast=fail_fast, missing_only=missing_only, command="backfill",
-                         progress=for_terminal(fmt), reappend=reappend, group=False if no_group else None,
-                         atomic=atomic)
+                         progress=for_terminal(fmt), reappend=reappend, batch_size=batch_size,
+                         group=False if no_group else None, atomic=atomic)
     _emit_summary(report, fmt, summary(report))
 
 

@@ -438,13 +438,9 @@ def compile_plan(plan: Plan, cache: _Cache | None = None) -> CompiledPlan:
 
 
 def _window(plan: Plan) -> Window | None:
-    from lakewrap.compilers.artifacts import Window
+    from lakewrap.compilers.artifacts import window_of
 
-    b = plan.binding
-    if b is None:
-        return None
-    return Window(kind=b.kind, value=b.value, start=b.start.isoformat(), end=b.end.isoformat(),
-                  closed="[start, end)" if b.kind == "time" else "(start, end]", lookback=b.lookback)
+    return window_of(plan.binding)
 
 
 def _from_template(template: Template, plan: Plan) -> CompiledPlan:

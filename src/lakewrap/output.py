@@ -27,8 +27,9 @@ def _param(name: str, p: Param) -> str:
     return f"${name} = {p.type} '{quoted}'"
 
 
-def plan_sql(plan: CompiledPlan) -> str:
-    """One plan as SQL: a header comment, then ``BEGIN``, each statement with its parameters, ``COMMIT``."""
+def plan_sql(plan: CompiledPlan, *, batches: bool = False) -> str:
+    """One plan as SQL: a header comment, then ``BEGIN``, each statement with its parameters, ``COMMIT``.
+    ``batches`` (``compile --start/--end``): the header says whether a range backfill batches it, and why."""
     lines = [RULE, f"-- model:      {plan.path}", f"-- target:     {plan.target}",
              f"-- strategy:   {plan.strategy} (substrate {plan.substrate}, write path {plan.write_path})"]
     if plan.window is not None:
@@ -36,11 +37,19 @@ def plan_sql(plan: CompiledPlan) -> str:
         bounds = f"[{w.start}, {w.end})" if w.closed == "[start, end)" else f"({w.start}, {w.end}]"
         extra = f", lookback {w.lookback}" if w.lookback else ""
         label = "watermark" if w.kind == "dynamic" else w.value
+        if w.partitions:  # a batch of a range backfill (lakewrap.batches)
+            label = (f"{w.partitions[0].value}..{w.partitions[-1].value} "
+                     f"(a batch of {len(w.partitions)}, one state row each)")
         lines.append(f"-- partition:  {label}  window {bounds}{extra}")
     else:
         lines.append("-- partition:  (none: the whole table)")
     verdict = {True: "yes", False: "NO", None: "unknown"}[plan.idempotent]
-    lines += [f"-- idempotent: {verdict} ({plan.idempotent_note})", f"-- sql_sha256: {plan.sql_sha256}", RULE]
+    lines.append(f"-- idempotent: {verdict} ({plan.idempotent_note})")
+    if batches and plan.separable is not None:  # whether a range backfill batches it (compilers/separable.py)
+        sep = plan.separable
+        lines.append(f"-- batches:    yes, batch={sep.batch} unless --batch-size ({sep.reason})" if sep.proven
+                     else f"-- batches:    NO, per partition ({sep.reason})")
+    lines += [f"-- sql_sha256: {plan.sql_sha256}", RULE]
     # e.g. Iceberg through DuckDB SQL: the leading setup statements (namespaces, the state table) run
     # before BEGIN, since a table cannot be created in a namespace created in the same transaction.
     early = 0
@@ -82,8 +91,8 @@ def transcript_of(plan: CompiledPlan) -> Transcript:
     return of_plan(plan.substrate, plan.write_path).transcript
 
 
-def plans_sql(plans: Sequence[CompiledPlan]) -> str:
-    return "\n".join(plan_sql(p) for p in plans)
+def plans_sql(plans: Sequence[CompiledPlan], *, batches: bool = False) -> str:
+    return "\n".join(plan_sql(p, batches=batches) for p in plans)
 
 
 def as_of_sql(plans: Sequence[CompiledPlan], ref: RunOrSnapshot) -> str:

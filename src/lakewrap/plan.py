@@ -6,6 +6,7 @@ The planner decides *what* one materialization covers; the compilers decide *how
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import field
 from datetime import datetime, timezone
 from typing import Literal
@@ -47,6 +48,9 @@ class Binding(Frozen):
     start: datetime
     end: datetime
     lookback: int = 0
+    # a range binding (a batch of a range backfill, lakewrap.batches): every partition it covers, in
+    # order, each with its own window; empty for one partition. ``value`` is then the first one.
+    partitions: tuple[Binding, ...] = ()
 
     def params(self) -> dict[str, Param]:
         return {
@@ -92,6 +96,27 @@ def bind_time(part: TimePartitioning, value: str | None, now: datetime | None = 
     for _ in range(part.lookback):
         first = first.previous()
     return Binding(kind="time", value=p.value, start=first.window.start, end=p.window.end, lookback=part.lookback)
+
+
+def bind_range(part: TimePartitioning, values: tuple[str, ...]) -> Binding:
+    """One window covering the consecutive partitions ``values`` (first to last, each with its
+    lookback): from the first one's start to the last one's end, each partition's own binding kept."""
+    each = tuple(bind_time(part, v) for v in values)
+    if len(each) < 2:
+        raise PlanError("a range binding needs at least two partitions")
+    for a, b in itertools.pairwise(each):
+        if parse_partition(Grain(part.grain), a.value, part.tz).next().value != b.value:
+            raise PlanError(f"partitions {a.value} and {b.value} are not consecutive; a batch covers a range")
+    return Binding(kind="time", value=each[0].value, start=each[0].start, end=each[-1].end,
+                   lookback=part.lookback, partitions=each)
+
+
+def widen(plan: Plan, values: tuple[str, ...]) -> Plan:
+    """``plan`` (of ``values[0]``) bound to the window of the whole batch ``values``."""
+    part = plan.model.partition
+    if not isinstance(part, TimePartitioning):
+        raise PlanError(f"model `{plan.model.target}` is not time-partitioned; it has no partition range")
+    return plan.replace(binding=bind_range(part, values))
 
 
 def bind_dynamic(watermark: datetime | None, now: datetime | None = None) -> Binding:

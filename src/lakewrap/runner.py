@@ -62,15 +62,17 @@ def run_project(
     reappend: bool = False,
     group: bool | None = None,
     atomic: bool = False,
+    batch_size: int | None = None,
 ) -> RunReport:
     """Materialize the selected models of the project at ``root`` (see :mod:`lakewrap.scheduler`).
 
     Independent models run in parallel on ``workers`` (default: one per core for the ``process`` and
     ``dask`` executors, one for threads: :func:`lakewrap.scheduler.default_workers`); ``executor`` is
     ``auto``, ``thread``, ``process``, ``dask`` or a callable ``fn(task) -> Result``. An ``append``
-    partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`).
-    ``group``: group commit (None: ``[run] group_commit``; :mod:`lakewrap.grouping`); ``atomic``:
-    every step in one commit, or none.
+    partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`). A range
+    of a separable model is written ``batch_size`` partitions at a time (default: the model's
+    ``batch=``; :mod:`lakewrap.batches`). ``group``: group commit (None: ``[run] group_commit``;
+    :mod:`lakewrap.grouping`); ``atomic``: every step in one commit, or none.
 
     Example:
         >>> report = run_project(Path("examples/shop"), ["orders+"], partition="2024-01-02")  # doctest: +SKIP
@@ -78,12 +80,14 @@ def run_project(
     """
     root = root.resolve()
     from lakewrap import scheduler as sched
+    from lakewrap.batches import check_batch_size
 
+    check_batch_size(batch_size)
     opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
                             end=end, full_refresh=full_refresh, strict=strict, now=now, workers=workers,
                             executor=executor, scheduler=scheduler, fail_fast=fail_fast,
                             missing_only=missing_only, command=command, stale=stale, reappend=reappend,
-                            group=group, atomic=atomic)
+                            group=group, atomic=atomic, batch_size=batch_size)
     return sched.run(root, opts, run_id=run_id, progress=progress)
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap import tracing
+from lakewrap.batches import batch_steps, member_result
 from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
 from lakewrap.config import load_config
 from lakewrap.contracts_graph import catalog_of, check_run
@@ -87,13 +88,15 @@ class RunOptions:
     reappend: bool = False  # append again the partitions of append models that are already recorded
     group: bool | None = None  # group commit (None: ``[run] group_commit``); False: --no-group
     atomic: bool = False  # every step in one commit, or none (--atomic)
+    batch_size: int | None = None  # partitions per batch of a range backfill (None: each model's batch=)
 
     def to_args(self) -> dict[str, Any]:
         return {"selectors": list(self.selectors), "exclude": list(self.exclude), "partition": self.partition,
                 "start": self.start, "end": self.end, "full_refresh": self.full_refresh, "strict": self.strict,
                 "now": self.now.isoformat() if self.now else None, "fail_fast": self.fail_fast,
                 "missing_only": self.missing_only, "command": self.command, "stale": self.stale,
-                "reappend": self.reappend, "group": self.group, "atomic": self.atomic}
+                "reappend": self.reappend, "group": self.group, "atomic": self.atomic,
+                "batch_size": self.batch_size}
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> RunOptions:
@@ -104,7 +107,7 @@ class RunOptions:
                    fail_fast=bool(args.get("fail_fast")), missing_only=bool(args.get("missing_only")),
                    command=args.get("command") or "run", stale=bool(args.get("stale")),
                    reappend=bool(args.get("reappend")), group=args.get("group"),
-                   atomic=bool(args.get("atomic")))
+                   atomic=bool(args.get("atomic")), batch_size=args.get("batch_size"))
 
 
 def default_workers(executor: Any = "process") -> int:
@@ -150,8 +153,9 @@ class Step:
     index: int
     task: Task
     deps: set[int] = field(default_factory=set)
-    status: str = "pending"  # pending | running | a Result status | done (not re-run)
+    status: str = "pending"  # pending | running | a Result status | done (not re-run) | batched
     reason: str = ""  # why a ``done`` step is not re-run (lakewrap.skips)
+    members: list[int] = field(default_factory=list)  # a batch's leader: the steps it writes too (lakewrap.batches)
 
 
 def build_steps(project: Project, selected: Sequence[ModelSpec], partitions: Sequence[Sequence[str | None]],
@@ -225,6 +229,8 @@ class Scheduler:
             self.runner.cancel()
 
     def _finish(self, step: Step, result: Result) -> None:
+        if step.members:  # a batch: its members finish with it (lakewrap.batches)
+            result.batch = list(step.task.batch)
         step.status = result.status
         self.results[step.index] = result
         self.report.results.append(result)
@@ -238,6 +244,9 @@ class Scheduler:
                                                         if result.snapshot_id is not None else ""))
         if self.progress:
             self.progress("step", result)
+        for i in step.members:
+            member = self.steps[i]
+            self._finish(member, member_result(result, member.task.partition or "", step.task.batch))
 
     def skip_pending(self, why: str) -> None:
         """Record every step not started as ``skipped`` for ``why``."""
@@ -440,6 +449,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         # append partitions already recorded
         try:
             skip_done(prep, substrate, lake, con, resume is not None)
+            batch_done(prep, substrate, lake, con)
         except BaseException:
             lake.close(con)
             raise
@@ -458,7 +468,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 + (f"the `{runner.kind}` executor commits each step in its own" if substrate.group_commit
                    else f"the `{substrate.name}` substrate commits each table on its own"),
                 hint="run --atomic on a DuckLake with the default (thread) executor (docs/running.md)")
-        todo = [s for s in prep.steps if s.status == "pending"]
+        todo = [s for s in prep.steps if s.status in ("pending", "batched")]
         # a resumed run's counts cover every step of the run: those it committed before, too
         report.earlier = sum(s.status == "done" and s.reason == RESUMED for s in prep.steps)
         log = RunLog.open(substrate.runlog(lake, con), lake.redact, prep.run_id, opts.command,
@@ -518,7 +528,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
 def _groupable(project: Project) -> Callable[[Step], bool]:
     from lakewrap.grouping import groupable
 
-    return lambda step: groupable(project, step.task.target)
+    # a range batch commits on its own: its one window already writes many partitions at once
+    return lambda step: len(step.task.batch) <= 1 and groupable(project, step.task.target)
 
 
 def check_atomic(selected: Sequence[ModelSpec]) -> None:
@@ -546,6 +557,19 @@ def skip_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any, resumin
     mark(prep.steps, prep.selected, prep.project, substrate.step_records(lake, con), run_id=prep.run_id,
          resuming=resuming, missing_only=prep.opts.missing_only, reappend=prep.opts.reappend,
          full_refresh=prep.opts.full_refresh, sha_of=sha_of)
+
+
+def batch_done(prep: Prepared, substrate: Substrate, lake: Any, con: Any) -> None:
+    """Cut the pending steps of separable models into range batches (:mod:`lakewrap.batches`)."""
+
+    def separable(spec: ModelSpec, partition: str) -> bool:
+        try:
+            compiled = compile_plan(substrate.plan_step(lake, con, spec, partition, prep.now), prep.cache)
+        except Exception:  # it fails again when it runs, per partition, and is reported there
+            return False
+        return compiled.separable is not None and compiled.separable.proven
+
+    batch_steps(prep.steps, prep.project.models, size=prep.opts.batch_size, separable=separable)
 
 
 def run(root: Path, opts: RunOptions, *, run_id: str | None = None, progress: Progress | None = None,

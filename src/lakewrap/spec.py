@@ -133,6 +133,8 @@ class TimePartitioning(Frozen):
     tz: str = "UTC"
     start: str | None = None
     lookback: Annotated[int, Meta(ge=0)] = 0
+    # partitions a range backfill of a separable model writes with one statement pair (docs/strategies.md)
+    batch: Annotated[int, Meta(ge=1)] = 31
 
 
 class DynamicPartitioning(Frozen):

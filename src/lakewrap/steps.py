@@ -22,7 +22,7 @@ from lakewrap.errors import PlanError, SelectionError
 from lakewrap.execute.executor import Result
 from lakewrap.execute.locate import located, remember
 from lakewrap.partitions import Grain, parse_partition, partition_range
-from lakewrap.plan import Plan, Substrate, make_plan
+from lakewrap.plan import Plan, Substrate, make_plan, widen
 from lakewrap.spec import ModelSpec, TimePartitioning
 from lakewrap.substrates.registry import resolve
 from lakewrap.targetdir import write_atomic
@@ -158,10 +158,13 @@ def plan_model(spec: ModelSpec, value: str | None, now: datetime, *, substrate: 
 
 
 def compile_step(lake: Any, con: Any, spec: ModelSpec, value: str | None, now: datetime,
-                 cache: _Cache | None) -> Any:
+                 cache: _Cache | None, batch: Sequence[str] = ()) -> Any:
     """The compiled plan of one step with what the lake knows (the substrate's ``plan_step``), its
-    test files read. Raises what planning raises."""
+    test files read; ``batch``: the partitions of a range batch, bound as one window. Raises what
+    planning raises."""
     plan = resolve(lake.config).plan_step(lake, con, spec, value, now)
+    if len(batch) > 1:
+        plan = widen(plan, tuple(batch))
     if spec.tests:
         from lakewrap.testfiles import read_test_files
 
@@ -170,9 +173,10 @@ def compile_step(lake: Any, con: Any, spec: ModelSpec, value: str | None, now: d
 
 
 def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value: str | None, now: datetime,
-                     cache: _Cache | None, *, drop_first: bool = False) -> Result:
+                     cache: _Cache | None, *, drop_first: bool = False, batch: Sequence[str] = ()) -> Result:
     """Plan, compile and run one step on ``lake`` (any substrate's handle) through ``executor`` (its
-    materializer); never raises for model or data errors (they are in the result)."""
+    materializer); never raises for model or data errors (they are in the result). ``batch``: the
+    partitions of a range backfill's batch (``value`` first), written with one window."""
     substrate = resolve(lake.config)
     ran = None
     try:
@@ -181,7 +185,7 @@ def materialize_spec(lake: Any, con: Any, executor: Any, spec: ModelSpec, value:
 
             ran = run_model(substrate, lake, con, spec, value, now)
             spec = ran.spec
-        compiled = compile_step(lake, con, spec, value, now, cache)
+        compiled = compile_step(lake, con, spec, value, now, cache, batch)
     except Exception as exc:  # a LakewrapError, or the column probe's DuckDB error (it ran the model's SELECT)
         failed = Result(model=spec.path, target=str(spec.target), partition=value, strategy=spec.strategy.kind,
                         status="failed", error_class=type(exc).__name__)

@@ -57,6 +57,8 @@ class Task:
     attempts: int  # 1 + the model's retries
     drop_first: bool = False
     strict: bool = False
+    # a batch of a range backfill (lakewrap.batches): every partition it writes, ``partition`` first
+    batch: tuple[str, ...] = ()
 
     def skipped(self, status: str, why: str) -> Result:
         return Result(model=self.model, target=self.target, partition=self.partition, strategy=self.strategy,
@@ -114,7 +116,7 @@ def run_task(task: Task, con: Any, lake: Any, project: Any, cancelled: threading
     if not isinstance(con, Guarded):
         con = Guarded(con, cancelled, lake.statement_lock if lake.is_shared else None)
     result = materialize_spec(lake, con, executor, spec, task.partition, datetime.fromisoformat(task.now), cache,
-                              drop_first=task.drop_first)
+                              drop_first=task.drop_first, batch=task.batch)
     return settle(result, cancelled)
 
 

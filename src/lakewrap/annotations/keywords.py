@@ -166,7 +166,7 @@ def register_core(reg: Registry) -> None:
         h.target = table_ref(ann, arg)
 
     part_usage = ("partitioned hourly|daily|weekly|monthly|yearly|dynamic key=<col> "
-                  "[tz=UTC] [start=<value>] [lookback=N]")
+                  "[tz=UTC] [start=<value>] [lookback=N] [batch=N]")
 
     @reg.keyword("partitioned", usage=part_usage, summary="time partitions bound as $partition_start/$partition_end")
     def partitioned(ann: Annotation, h: Header) -> None:
@@ -176,7 +176,7 @@ def register_core(reg: Registry) -> None:
             opts = options(ann, ("key",), "partitioned dynamic key=<col>", required=("key",))
             h.partition = DynamicPartitioning(key=column_name(ann, opts["key"], h, "the partition key"))
             return
-        opts = options(ann, ("key", "tz", "start", "lookback"), part_usage, required=("key",))
+        opts = options(ann, ("key", "tz", "start", "lookback", "batch"), part_usage, required=("key",))
         key = column_name(ann, opts["key"], h, "the partition key")
         tz = "UTC"
         if "tz" in opts:
@@ -192,7 +192,8 @@ def register_core(reg: Registry) -> None:
             except PlanError as exc:
                 raise ann.error(f"start: {exc.message}", column=opts["start"].column, hint=exc.hint) from None
         lookback = integer(ann, opts["lookback"], 0, 10_000, "lookback") if "lookback" in opts else 0
-        h.partition = TimePartitioning(grain=Grain(grain), key=key, tz=tz, start=start, lookback=lookback)
+        batch = integer(ann, opts["batch"], 1, 10_000, "batch") if "batch" in opts else 31
+        h.partition = TimePartitioning(grain=Grain(grain), key=key, tz=tz, start=start, lookback=lookback, batch=batch)
 
     uk_usage = ("unique_key <col>[,<col>] [dedupe=error|latest_by(<col>)] "
                 "[update_columns=<cols>] [exclude_columns=<cols>] [predicate=\"<SQL>\"] [matched=update|replace]")

@@ -69,6 +69,8 @@ class Result:
     hooks: list[dict[str, Any]] = field(default_factory=list)
     # the group commit it was committed in, or rolled back with (docs/running.md, "Group commit and --atomic")
     group: str | None = None
+    # a batch of a range backfill (lakewrap.batches): every partition its one commit wrote
+    batch: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)

@@ -186,15 +186,22 @@ class Executor(Materializer):
             pins["deferred"] = deferred.record(views[0])
         checks.record(con, log, self.run_id, compiled, result.partition, outcomes)
         log.run(con, sql.fence_update(compiled.target), {"run_id": self.run_id, "sql_sha256": compiled.sql_sha256})
-        log.run(con, sql.insert_materialization(), {
-            "run_id": self.run_id, "model": compiled.path, "target": compiled.target,
-            "partition_value": result.partition,
-            "window_start": datetime.fromisoformat(window.start) if window else None,
-            "window_end": datetime.fromisoformat(window.end) if window else None,
-            "strategy": compiled.strategy, "rows_inserted": inserted, "rows_updated": updated,
-            "rows_deleted": deleted, "sql_sha256": compiled.sql_sha256, "pins": json.dumps(pins),
-            "watermark": watermark, "started_at": started_at, "attempt": attempt, "lakewrap_version": __version__,
-        })
+        # one state row per partition; a batch of a range backfill (window.partitions) records each
+        # of its partitions with its own window, the batch's row counts on its first (docs/strategies.md)
+        parts = [(p.value, p.start, p.end) for p in window.partitions] if window and window.partitions else \
+            [(result.partition, window.start if window else None, window.end if window else None)]
+        for i, (value, start, end) in enumerate(parts):
+            log.run(con, sql.insert_materialization(), {
+                "run_id": self.run_id, "model": compiled.path, "target": compiled.target,
+                "partition_value": value,
+                "window_start": datetime.fromisoformat(start) if start else None,
+                "window_end": datetime.fromisoformat(end) if end else None,
+                "strategy": compiled.strategy, "rows_inserted": inserted if i == 0 else 0,
+                "rows_updated": updated if i == 0 else 0, "rows_deleted": deleted if i == 0 else 0,
+                "sql_sha256": compiled.sql_sha256, "pins": json.dumps(pins),
+                "watermark": watermark, "started_at": started_at, "attempt": attempt,
+                "lakewrap_version": __version__,
+            })
         if fenced_sha != compiled.sql_sha256:  # else the fence's last commit stored these statements
             log.run(con, sql.insert_compiled_sql(), {
                 "sql_sha256": compiled.sql_sha256,
@@ -209,9 +216,12 @@ class Executor(Materializer):
         # statements outside the plan that changed the table's DDL: `reproduce` replays them
         if drop_first:
             extra["full_refresh"] = True
+        if window and window.partitions:  # every partition this commit wrote (the state rows' join)
+            extra["batch"] = [p.value for p in window.partitions]
         if result.schema_changes:
             extra["schema_changes"] = result.schema_changes
         message = f"lakewrap {compiled.strategy} {compiled.target}" + (
+            f" partitions {parts[0][0]}..{parts[-1][0]}" if len(parts) > 1 else
             f" partition {result.partition}" if result.partition else "")
         return Written(compiled.target, compiled.sql_sha256, unchanged, extra, message)
 
