@@ -27,7 +27,7 @@ from lakeproject import cli
 from lakewrap import skips
 from lakewrap.compile import compile_plan, load_project
 from lakewrap.execute.lake import Lake
-from lakewrap.scheduler import RunOptions, Step, build_steps
+from lakewrap.runsteps import RunOptions, Step, build_steps
 from lakewrap.substrates.protocol import StepRecords
 from lakewrap.substrates.registry import get
 

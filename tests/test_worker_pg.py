@@ -17,6 +17,7 @@ import pytest
 from lakewrap import scheduler
 from lakewrap.config import load_config
 from lakewrap.jobs import open_queue
+from lakewrap.runsteps import RunOptions
 from queueproject import day, digest, expected_rows, pg_toml, table_rows, wait_for, worker, write_project
 from servers import Postgres, postgres  # noqa: F401  (fixture)
 
@@ -122,7 +123,7 @@ def test_kill_9_mid_job_then_another_worker_reclaims_and_resumes(pg_project: Pat
     assert pg_rows(root, f"SELECT status FROM lakewrap_runs WHERE run_id = '{run_id}'") == [("success",)]
     # the table equals a serial run's (another lake, the same model) and the Python reference
     serial = write_project(tmp_path / "serial", "")
-    report = scheduler.run(serial, scheduler.RunOptions(selectors=("ev",), start=day(0), end=day(5)))
+    report = scheduler.run(serial, RunOptions(selectors=("ev",), start=day(0), end=day(5)))
     assert report.status == "success"
     assert digest(table_rows(root)) == digest(table_rows(serial)) == digest(expected_rows(range(6)))
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lakewrap.project import Project
-    from lakewrap.scheduler import Scheduler, Step
+    from lakewrap.runsteps import Step
+    from lakewrap.scheduler import Scheduler
     from lakewrap.spec import ModelSpec
 
 GROUP_SIZE = 32  # members of one group commit

@@ -124,7 +124,7 @@ class JobQueue:
     def _check(self, selection: Sequence[str], partition: str | None, start: str | None, end: str | None) -> None:
         """What ``lakewrap run`` refuses before anything runs: selection, partitions, grains."""
         from lakewrap.compile import _Cache, load_project
-        from lakewrap.scheduler import check_grains
+        from lakewrap.runsteps import check_grains
         from lakewrap.steps import plan_partitions, refuse_empty
 
         cache = _Cache.open(self.root, True)

@@ -190,7 +190,9 @@ def run_one(root: Path, job: Job, control: Callable[[Callable[[], None]], None])
             raise StateError(f"the lake records no run `{job.resume_of}`",
                              hint="a worker that stopped before the run started leaves no run: enqueue it again")
         # a run job handed back before its run reached the run log: run it afresh, under the same id
-    opts = scheduler.RunOptions(selectors=job.selection, partition=job.partition, start=job.start, end=job.end)
+    from lakewrap.runsteps import RunOptions
+
+    opts = RunOptions(selectors=job.selection, partition=job.partition, start=job.start, end=job.end)
     return _outcome(root, scheduler.run(root, opts, run_id=run_id, control=control))
 
 

@@ -67,7 +67,7 @@ def run_project(
     """Materialize the selected models of the project at ``root`` (see :mod:`lakewrap.scheduler`).
 
     Independent models run in parallel on ``workers`` (default: one per core for the ``process`` and
-    ``dask`` executors, one for threads: :func:`lakewrap.scheduler.default_workers`); ``executor`` is
+    ``dask`` executors, one for threads: :func:`lakewrap.runsteps.default_workers`); ``executor`` is
     ``auto``, ``thread``, ``process``, ``dask`` or a callable ``fn(task) -> Result``. An ``append``
     partition already recorded is not run again unless ``reappend`` (:mod:`lakewrap.skips`). A range
     of a separable model is written ``batch_size`` partitions at a time (default: the model's
@@ -81,9 +81,10 @@ def run_project(
     root = root.resolve()
     from lakewrap import scheduler as sched
     from lakewrap.batches import check_batch_size
+    from lakewrap.runsteps import RunOptions
 
     check_batch_size(batch_size)
-    opts = sched.RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
+    opts = RunOptions(selectors=tuple(selectors), exclude=tuple(exclude), partition=partition, start=start,
                             end=end, full_refresh=full_refresh, strict=strict, now=now, workers=workers,
                             executor=executor, scheduler=scheduler, fail_fast=fail_fast,
                             missing_only=missing_only, command=command, stale=stale, reappend=reappend,
