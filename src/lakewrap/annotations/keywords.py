@@ -53,6 +53,17 @@ def options(
     return found
 
 
+def tz_option(ann: Annotation, opts: dict[str, Arg]) -> str:
+    """The ``tz=`` option's IANA zone (UTC when absent), refused at its column when unknown."""
+    if "tz" not in opts:
+        return "UTC"
+    try:
+        zone(opts["tz"].value)
+    except PlanError as exc:
+        raise ann.error(exc.message, column=opts["tz"].column, hint=exc.hint) from None
+    return opts["tz"].value
+
+
 def choice(ann: Annotation, arg: Arg, choices: tuple[str, ...], noun: str) -> str:
     """``arg``'s value, which must be one of ``choices``."""
     if arg.value not in choices:
@@ -178,13 +189,7 @@ def register_core(reg: Registry) -> None:
             return
         opts = options(ann, ("key", "tz", "start", "lookback", "batch"), part_usage, required=("key",))
         key = column_name(ann, opts["key"], h, "the partition key")
-        tz = "UTC"
-        if "tz" in opts:
-            try:
-                zone(opts["tz"].value)
-            except PlanError as exc:
-                raise ann.error(exc.message, column=opts["tz"].column, hint=exc.hint) from None
-            tz = opts["tz"].value
+        tz = tz_option(ann, opts)
         start = None
         if "start" in opts:
             try:

@@ -7,10 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lakewrap.annotations.header import Header
-from lakewrap.annotations.keywords import choice, duration_seconds, options, positional
+from lakewrap.annotations.keywords import choice, duration_seconds, options, positional, tz_option
 from lakewrap.annotations.lexer import Annotation, Arg
-from lakewrap.errors import PlanError
-from lakewrap.partitions import zone
 
 if TYPE_CHECKING:
     from lakewrap.annotations.registry import Registry
@@ -61,13 +59,7 @@ def register_service(reg: Registry) -> None:
             raise ann.error(f"`{arg.value}` is not a cron expression: {problem}", column=arg.column,
                             hint='write five fields in quotes, minute hour day month weekday: e.g. '
                             '`-- schedule "15 * * * *"` (hourly at :15) or `"0 6 * * 1-5"`')
-        tz = "UTC"
-        if "tz" in opts:
-            try:
-                zone(opts["tz"].value)
-            except PlanError as exc:
-                raise ann.error(exc.message, column=opts["tz"].column, hint=exc.hint) from None
-            tz = opts["tz"].value
+        tz = tz_option(ann, opts)
         how = "latest"
         if "catch_up" in opts:
             how = choice(ann, opts["catch_up"], ("latest", "all", "skip"), "catch-up policy")
