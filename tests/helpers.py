@@ -40,7 +40,10 @@ def site_env(site: Path, **extra: str) -> dict[str, str]:
 
 
 class InterruptAfter(ThreadRunner):
-    """The real thread runner; when ``n`` steps have finished it sends this process a real SIGINT."""
+    """The real thread runner; when ``n`` steps have finished it sends this process a real SIGINT.
+    One commit per step (no group commit: tests/test_group_commit.py signals inside a group)."""
+
+    groups = False
 
     def __init__(self, n: int) -> None:
         super().__init__(1)

@@ -103,7 +103,7 @@ def rewrite_day_one(root: Path) -> list[tuple[int, str, int]]:
 def interrupted(root: Path) -> str:
     """A backfill of the 9 steps cancelled by SIGINT after 5 (events 01..04 and daily 01 committed)."""
     report = run_project(root, ["main.events+"], start=DAYS[0], end=DAYS[-1], now=datetime.fromisoformat(NOW),
-                         executor=InterruptAfter(5), command="backfill")
+                         executor=InterruptAfter(5), command="backfill", batch_size=1)  # 9 steps, not batches
     assert report.status == "cancelled"
     done = sorted((r.target, r.partition) for r in report.results if r.status == "success")
     assert {("main.daily", DAYS[0]), *(("main.events", d) for d in DAYS)} <= set(done) and len(done) < 9, done

@@ -369,8 +369,9 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 log.line("info", s.task.target, s.task.partition, s.reason)
         report.not_rerun = [{"target": s.task.target, "partition": s.task.partition, "reason": s.reason}
                             for s in prep.steps if s.status == "done"]
+        # --fail-fast stops at the first failure: a group would go on with its other members
         grouped = (opts.group if opts.group is not None else config.run.group_commit) and (
-            substrate.group_commit and runner.groups)
+            substrate.group_commit and runner.groups) and (opts.atomic or not opts.fail_fast)
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
                               lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result),
                               per_target=runner.workers if lake.parallel_writers else 1,

@@ -48,11 +48,14 @@ class Skippable(Protocol):
 
 def appended(records: Iterable[tuple[str | None, bool, str]]) -> dict[str, set[str]]:
     """The partitions an append table holds, from its records ``(partition, full refresh, run id)``
-    oldest first: those recorded since the last full refresh, each with the runs that appended it."""
+    oldest first: those recorded since the last full refresh, each with the runs that appended it.
+    A range batch that rebuilt the table records every partition it wrote with its commit's full
+    refresh: the table is emptied once, at the run's first such record."""
     present: dict[str, set[str]] = {}
+    refreshed_by: str | None = None
     for partition, refresh, run_id in records:
-        if refresh:
-            present = {}
+        if refresh and run_id != refreshed_by:
+            present, refreshed_by = {}, run_id
         if partition is not None:
             present.setdefault(partition, set()).add(run_id)
     return present
