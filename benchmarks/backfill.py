@@ -7,8 +7,8 @@ A. **Same lake** (``samelake.py``: a DuckDB-file catalog, and with ``--catalog p
    ``day``) and ``events_merge`` (the day's raw rows merged on ``id``). Backfilled over
    ``--partitions`` days by
 
-   - ``lakewrap``: ``lakewrap run --start D1 --end D64``, per partition as lakewrap does it today
-     (one lake transaction per model and day); and ``lakewrap batch=N`` (``--batch-size N``) for
+   - ``lakewrap``: ``lakewrap run --start D1 --end D64 --batch-size 1``, per partition (each
+     model and day its own window; group commit on); and ``lakewrap batch=N`` (``--batch-size N``) for
      each ``--batch-sizes`` value, when the ``lakewrap run`` of this checkout has that option;
    - ``dbt``: ``dbt run --event-time-start D1 --event-time-end D65`` with the three models as
      dbt-duckdb ``microbatch`` models (``batch_size='day'``, threads 1). dbt has no merging
@@ -164,8 +164,10 @@ def same_lake(work: Path, make: Any, catalog: str, days: int, rows: int, reps: i
     dbt_end = (FIRST + timedelta(days=days)).isoformat()
     runs = {}
     if "lakewrap" in tools:
-        runs["lakewrap"] = lambda: s.lakewrap("--start", start, "--end", end)
+        # "lakewrap": per partition (--batch-size 1 where range batches exist), then each batch size
         batch = batch_sizes if has_batch_size(s.bench.lakewrap) else []
+        per = ("--batch-size", "1") if batch else ()
+        runs["lakewrap"] = lambda: s.lakewrap("--start", start, "--end", end, *per)
         for n in batch:
             runs[f"lakewrap batch={n}"] = lambda n=n: s.lakewrap("--start", start, "--end", end, "--batch-size", str(n))
     if "dbt" in tools:
