@@ -121,13 +121,26 @@ def check(lake: Lake, expected: Expected, results: list[dict[str, Any]],
     new = {s[0]: s for s in after if s[0] not in {b[0] for b in before}}
     # an unchanged snapshot model commits its record (no data) too
     committed = [r for r in results if r["status"] == "success" or (r["status"] == "unchanged" and r["snapshot_id"])]
+    shared: dict[int, list[dict[str, Any]]] = {}  # a group commit's snapshot: its members' results
     for r in committed:
-        snap = new.pop(r["snapshot_id"])
+        shared.setdefault(r["snapshot_id"], []).append(r)
+    for snap_id, members in shared.items():
+        snap = new.pop(snap_id)
         assert snap[1] == "lakewrap"
-        assert snap[2] == f"lakewrap {r['strategy']} {r['target']}" + (
-            f" partition {r['partition']}" if r["partition"] else "")
         extra = json.loads(snap[3])
-        assert (extra["target"], extra["partition"]) == (r["target"], r["partition"])
+        names = [f"{r['target']}" + (f" {r['partition']}" if r["partition"] else "") for r in members]
+        if len(members) == 1 and members[0]["group"] is None:  # a materialization committed alone
+            r = members[0]
+            assert snap[2] == f"lakewrap {r['strategy']} {r['target']}" + (
+                f" partition {r['partition']}" if r["partition"] else "")
+            entries = [extra]
+        else:  # one group commit: its message names every member, its extra_info holds each one's entry
+            group = {r["group"] for r in members}
+            assert len(group) == 1 and snap[2].startswith(f"lakewrap group {group.pop()}: {len(members)} ")
+            assert all(n in snap[2] for n in names), (snap[2], names)
+            entries = extra["members"]
+        assert sorted((e["target"], e["partition"]) for e in entries) == sorted(
+            (r["target"], r["partition"]) for r in members)
     assert all(s[1] is None for s in new.values()), new  # only fence creations remain
     assert len(new) <= 3
     return after

@@ -79,7 +79,8 @@ def expected_model(root: Path, path: Path) -> dict[str, Any]:
         grain, *options = words["partitioned"].split()[2:]
         opts = dict(o.split("=", 1) for o in options)
         partitioning = {"kind": "time", "grain": grain, "key": opts["key"], "tz": opts.get("tz", "UTC"),
-                        "start": opts.get("start"), "lookback": int(opts.get("lookback", 0))}
+                        "start": opts.get("start"), "lookback": int(opts.get("lookback", 0)),
+                        "batch": int(opts.get("batch", 31))}  # docs/annotations.md: batch= defaults to 31
     description = re.search(r'^-- description "(.*)"$', words["description"]).group(1) \
         if "description" in words else None
     tree = sqlglot.parse_one(body, read="duckdb")

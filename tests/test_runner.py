@@ -423,7 +423,8 @@ def committed_outcomes(root: Path) -> int:
 def test_a_backfill_killed_mid_way_then_resumed_equals_an_uninterrupted_one(tmp_path: Path) -> None:
     root = src_project(tmp_path / "killed")
     proc = subprocess.Popen(lakewrap_cmd("backfill", "--project", str(root), "--start", "2024-01-01",
-                                         "--end", "2024-01-20", "--now", NOW, "--workers", "2"),
+                                         "--end", "2024-01-20", "--now", NOW, "--workers", "2",
+                                         "--batch-size", "1"),  # 40 steps, each its own commit
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while committed_outcomes(root) < 8 and time.monotonic() < deadline and proc.poll() is None:
@@ -580,7 +581,8 @@ def test_scheduling_thousands_of_steps_stays_fast(tmp_path: Path) -> None:
     root = write_models(tmp_path / "project", models)
     rec = Recorder(0)
     started = time.perf_counter()
-    report = run_project(root, start="2020-01-01", end="2021-05-14", workers=4, executor=rec)
+    report = run_project(root, start="2020-01-01", end="2021-05-14", workers=4, executor=rec,
+                         batch_size=1)  # 2000 steps, not 68 batches
     wall = time.perf_counter() - started
     print(f"\n{len(report.results)} steps scheduled in {wall:.1f}s")
     assert report.ok and len(report.results) == 4 * 500

@@ -118,7 +118,9 @@ HAND: dict[str, tuple[tuple[str, str, str], ...]] = {
         (SKIPS, "_drop_stale(candidates, by_target, selected, project, records)", "pass"),  # upstream changes
         (SKIPS, "forced = any(d not in skip for d in s.deps)", "forced = False"),  # a dependency that runs
         (SKIPS, "return not reappend or run_id in present[partition]", "return not reappend"),  # a resume's own
-        (SKIPS, "        if refresh:\n            present = {}\n", ""),  # records before a full refresh count
+        (SKIPS, "        if refresh and run_id != refreshed_by:\n            present, refreshed_by = {}, run_id\n",
+         ""),  # records before a full refresh count
+        (SKIPS, "if refresh and run_id != refreshed_by:", "if refresh:"),  # a range batch's refresh empties once
         (DUCKLAKE_RUN, 'r[1] == "true"', 'r[1] is True'),  # the full-refresh flag of DuckLake's records (text)
     ),
     "commit-lookup": (

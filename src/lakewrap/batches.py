@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from lakewrap.partitions import Grain, parse_partition
 from lakewrap.spec import ModelSpec, TimePartitioning
 
 if TYPE_CHECKING:
@@ -58,13 +59,16 @@ def batch_steps(steps: Sequence[Any], models: dict[str, ModelSpec], *, size: int
         limit = size if size is not None else part.batch
         if limit < 2:
             continue
+        grain = Grain(part.grain)
         runs: list[list[Any]] = [[]]
         for s in own:
             if s.status != "pending" or s.task.partition is None:
                 runs.append([])  # a step the lake holds breaks the range
                 continue
-            if len(runs[-1]) >= limit:
-                runs.append([])
+            last = runs[-1][-1].task.partition if runs[-1] else None
+            if len(runs[-1]) >= limit or (
+                    last is not None and parse_partition(grain, last, part.tz).next().value != s.task.partition):
+                runs.append([])  # a batch is a range: a gap (--stale, --missing-only) starts the next
             runs[-1].append(s)
         runs = [r for r in runs if len(r) > 1]
         if not runs or not separable(spec, runs[0][0].task.partition):
