@@ -14,6 +14,7 @@ traceback, no secret in any answer, and `serve` refusing a non-loopback address 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -278,5 +279,9 @@ def test_a_bug_is_a_500_without_traceback(tmp_path: Path) -> None:
 
 def test_serve_refuses_a_public_address_without_a_token(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LAKEWRAP_API_TOKEN", raising=False)
+    monkeypatch.delenv("LAKEWRAP_WAIT", raising=False)
     code, out, err = run("serve", "--host", "0.0.0.0", "--project", str(project))
     assert code == 2 and "without a token" in err and "LAKEWRAP_API_TOKEN" in err, out + err
+    # a refused serve leaves its caller's environment alone (it once set LAKEWRAP_WAIT while parsing
+    # its options, which made the later `lakewrap run`s of this test process wait for held catalogs)
+    assert "LAKEWRAP_WAIT" not in os.environ

@@ -41,28 +41,19 @@ def _exit_on_term(signum: int, frame: Any) -> None:
     sys.exit(0)
 
 
-def _set_wait(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
-    from lakewrap.execute.lockwait import WAIT_ENV
-
-    if value is not None:
-        os.environ[WAIT_ENV] = f"{value:g}"
-    else:
-        os.environ.setdefault(WAIT_ENV, DEFAULT_WAIT)
-
-
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; a non-loopback one needs LAKEWRAP_API_TOKEN.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--worker/--no-worker", "with_worker", default=True, show_default=True,
               help="Start `lakewrap worker` beside the API when the catalog has one owner (DuckDB file, SQLite).")
-@click.option("--wait", type=click.FloatRange(min=0, max=86400), default=None, expose_value=False,
-              callback=_set_wait, metavar="SECONDS",
+@click.option("--wait", type=click.FloatRange(min=0, max=86400), default=None, metavar="SECONDS",
               help=f"How long a read waits for a catalog the worker holds (default {DEFAULT_WAIT}; LAKEWRAP_WAIT).")
 @project_option
 @handled
-def serve_cmd(host: str, port: int, with_worker: bool, project: Path) -> None:
+def serve_cmd(host: str, port: int, with_worker: bool, wait: float | None, project: Path) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json) and the operations page (/ui)."""
+    from lakewrap.execute.lockwait import WAIT_ENV
     from lakewrap.jobs import open_queue
     from lakewrap.project import require_project
     from lakewrap.service_app import TOKEN_ENV
@@ -74,6 +65,12 @@ def serve_cmd(host: str, port: int, with_worker: bool, project: Path) -> None:
              "yellow", stderr=True)
         sys.exit(2)
     root = require_project(project).resolve()
+    # the reads of this process wait for a catalog the worker holds (set only once serve starts:
+    # a refused serve leaves the environment of its caller as it was)
+    if wait is not None:
+        os.environ[WAIT_ENV] = f"{wait:g}"
+    else:
+        os.environ.setdefault(WAIT_ENV, DEFAULT_WAIT)
     with open_queue(root) as queue:  # refuses a broken lakewrap.toml before anything listens
         exclusive, where = queue.exclusive, queue.where
     import uvicorn
