@@ -436,32 +436,34 @@ def query(root: Path, text: str) -> list[tuple[Any, ...]]:
 def test_a_cancelled_run_prints_its_resume_command_and_the_resume_counts_every_step(
         tmp_path: Path, trigger: Trigger) -> None:
     root = write(tmp_path / "my project", {"main/daily.sql": DAILY})
-    trigger.arm(2, 0.0, signal.SIGINT)  # just as the second of three days commits
-    code, out, _ = cli("backfill", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-03",
+    # just as the second of five days commits (three more days: room for the timer thread to be
+    # scheduled on a loaded machine before the run ends)
+    trigger.arm(2, 0.0, signal.SIGINT)
+    code, out, _ = cli("backfill", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-05",
                        "--no-group")  # a signal at one day's own COMMIT
     assert trigger.settle() and code == 1
     (run_id,) = [row[0] for row in query(root, "SELECT run_id FROM lakewrap_runs")]
     assert f"finish it with: lakewrap resume {run_id} --project '{root}'\n" in out
     ((before,),) = query(root, "SELECT count(*) FROM lakewrap.materializations")
-    assert 1 <= before < 3
+    assert 1 <= before < 5
 
     code, out, err = cli("resume", run_id, "--project", str(root))
     assert code == 0, err
-    assert f"run {run_id} success: 3 steps, 3 succeeded (0 unchanged)" in out
+    assert f"run {run_id} success: 5 steps, 5 succeeded (0 unchanged)" in out
     assert "finish it with" not in out
-    assert query(root, "SELECT status, steps, succeeded, cancelled FROM lakewrap_runs") == [("success", 3, 3, 0)]
+    assert query(root, "SELECT status, steps, succeeded, cancelled FROM lakewrap_runs") == [("success", 5, 5, 0)]
     # each recording of the run numbers its steps after the ones before: no step number twice
     steps = query(root, "SELECT step FROM lakewrap_steps ORDER BY step")
     assert len(steps) == len(set(steps))
     doc = json.loads((root / "target" / "run_results.json").read_text())
-    assert (doc["status"], doc["steps"], doc["counts"]["success"]) == ("success", 3, 3)
+    assert (doc["status"], doc["steps"], doc["counts"]["success"]) == ("success", 5, 5)
 
     # without --project the command has none either (`run`, from the project folder)
-    trigger.arm(1, 0.0, signal.SIGTERM)  # as the first of two days commits: the second is cancelled
+    trigger.arm(1, 0.0, signal.SIGTERM)  # as the first of four days commits: the others are cancelled
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        code, out, _ = cli("run", "--start", "2024-01-04", "--end", "2024-01-05")
+        code, out, _ = cli("run", "--start", "2024-01-06", "--end", "2024-01-09", "--no-group")
     finally:
         os.chdir(cwd)
     assert trigger.settle() and code == 1
