@@ -12,12 +12,24 @@ from typing import Any
 from click.testing import CliRunner
 
 from lakewrap.cli import main
+from lakewrap.execute.lake import Lake
 from lakewrap.workers import Done, Task, ThreadRunner
 
 
 def run(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, list(args))
     return result.exit_code, result.stdout, result.stderr
+
+
+def execute(root: Path, *sql: str) -> None:
+    """Run ``sql`` on the project's lake, each statement in its own transaction."""
+    lake = Lake.open(root)
+    con = lake.connect()
+    try:
+        for s in sql:
+            con.execute(s)
+    finally:
+        lake.close(con)
 
 
 def install_dist(site: Path, module: str, group: str, entry: str, source: str | None = None) -> Path:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from helpers import execute
 from lakewrap.cli import main
 from lakewrap.errors import AnnotationError, ConfigError
-from lakewrap.execute.lake import Lake
 from lakewrap.freshness import breached, check, state_of
 from lakewrap.inspect import status
 from lakewrap.parse import parse_model
@@ -44,16 +44,6 @@ LOADED = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)  # the newest loaded_a
 
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def execute(root: Path, *sql: str) -> None:
-    lake = Lake.open(root)
-    con = lake.connect()
-    try:
-        for s in sql:
-            con.execute(s)
-    finally:
-        lake.close(con)
 
 
 @pytest.fixture()

@@ -16,6 +16,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
+from helpers import execute
 from lakewrap.cli import main
 from lakewrap.execute.lake import Lake
 from lakewrap.jobs import open_queue
@@ -39,16 +40,6 @@ QUIET = """\
 SELECT id, ts, v FROM raw.events
 WHERE ts >= $partition_start AND ts < $partition_end
 """
-
-
-def execute(root: Path, *sql: str) -> None:
-    lake = Lake.open(root)
-    con = lake.connect()
-    try:
-        for s in sql:
-            con.execute(s)
-    finally:
-        lake.close(con)
 
 
 def fetch(root: Path, sql: str) -> list[tuple[Any, ...]]:
