@@ -144,6 +144,18 @@ def fence_probe(target: str) -> str:
     return q.render(exp.select(q.col("sql_sha256")).from_(fence_table(target)))
 
 
+def fence_probes(targets: list[str]) -> str:
+    """The fence rows of several models in one statement: ``(k, sql_sha256)``, ``k`` the position of
+    the model in ``targets`` (an error while any of their fences does not exist). One statement
+    reads them in a fraction of what one probe each costs (50 fences: 0.17 s against 0.25-0.6 s)."""
+    parts = [exp.select(exp.Literal.number(k).as_("k"), q.col("sql_sha256")).from_(fence_table(t))
+             for k, t in enumerate(targets)]
+    tree: exp.Query = parts[0]
+    for part in parts[1:]:
+        tree = exp.union(tree, part, distinct=False)
+    return q.render(tree)
+
+
 def fence_update(target: str) -> str:
     """``UPDATE fence SET run_id = $run_id, updated_at = now(), sql_sha256 = $sql_sha256``: the conflict point."""
     return q.render(exp.Update(

@@ -115,19 +115,6 @@ def insert(name: str, dialect: Dialect, catalog: str | None = None) -> str:
     return _render(node, dialect)
 
 
-def insert_from(name: str, source: str, catalog: str) -> str:
-    """``INSERT INTO <catalog>.<name> (cols) SELECT cols FROM <source>``: a flush's rows of one table,
-    registered as an Arrow table (one statement per table instead of one per row)."""
-    from sqlglot import exp
-
-    from lakewrap.compilers import sql as q
-
-    cols = [c for c, _ in TABLES[name]]
-    node = exp.insert(exp.select(*[q.col(c) for c in cols]).from_(exp.Table(this=q.ident(source))),
-                      _table(name, catalog), columns=[q.ident(c) for c in cols])
-    return q.render(node)
-
-
 def delete_run(dialect: Dialect, catalog: str | None = None) -> str:
     """Remove a run's row (it is re-inserted with its new status): ``DELETE ... WHERE run_id = :run_id``."""
     from sqlglot import exp

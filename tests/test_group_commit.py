@@ -145,6 +145,58 @@ def test_a_failing_member_is_rolled_back_and_the_others_land_once(tmp_path: Path
     assert dict(steps)["m.t3"] == "failed" and sum(s == "success" for _, s in steps) == 4
 
 
+# A chain over two levels beside an independent model: m.a -> m.b -> m.c, m.d
+CHAIN = {"m.a": "SELECT id, v FROM raw.events", "m.b": "SELECT id, v * 2 AS w FROM m.a",
+         "m.c": "SELECT id, w + 1 AS x FROM m.b", "m.d": "SELECT id FROM raw.events WHERE v > 2"}
+CHAIN_REF = {"m.a": "SELECT id, v FROM raw.events", "m.b": "SELECT id, v * 2 AS w FROM raw.events",
+             "m.c": "SELECT id, v * 2 + 1 AS x FROM raw.events", "m.d": CHAIN["m.d"]}
+
+
+def test_downstream_levels_join_the_group_and_read_their_upstreams_in_the_transaction(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", CHAIN)
+    before = snapshots(root)
+    report = run_project(root, now=_now())
+    assert report.status == "success"
+    by = {r.target: r for r in report.results}
+    assert len({r.snapshot_id for r in report.results}) == 1 and snapshots(root) == before + 1  # one commit
+    for target, sql in CHAIN_REF.items():
+        assert table(root, target) == reference(sql)
+    # each member's pins name what it read: m.b read m.a's rows written in the same transaction
+    found = {m.target: m for m in explain(root, report.run_id)}
+    assert found["m.a"].pins["snapshot"] == before
+    assert by["m.b"].group == by["m.a"].group
+    # a second run rewrites the same tables in one commit again
+    again = run_project(root, now=_now())
+    assert again.status == "success" and snapshots(root) == before + 2
+    for target, sql in CHAIN_REF.items():
+        assert table(root, target) == reference(sql)
+
+
+def test_a_failing_middle_member_takes_only_its_downstream_out_of_the_group(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", CHAIN)
+    first = run_project(root, now=_now())
+    assert first.status == "success"
+    broken = dict(CHAIN, **{"m.b": "SELECT id, CAST('x' || v AS INTEGER) AS w FROM m.a"})  # fails as it runs
+    for target, sql in broken.items():
+        schema, name = target.split(".")
+        (root / "models" / schema / f"{name}.sql").write_text(f"-- materialized table\n{sql}\n")
+    before = snapshots(root)
+    report = run_project(root, now=_now())
+    assert report.status == "failed"
+    by = {r.target: r for r in report.results}
+    assert by["m.b"].status == "failed" and "Conversion" in (by["m.b"].error or "")
+    assert by["m.c"].status == "skipped" and "m.b" in (by["m.c"].error or "")
+    assert by["m.a"].status == by["m.d"].status == "success"
+    assert by["m.a"].snapshot_id == by["m.d"].snapshot_id  # committed again together, once
+    assert snapshots(root) == before + 1
+    for target in ("m.a", "m.d"):
+        assert table(root, target) == reference(CHAIN_REF[target])
+        assert [r for r, _ in records(root, target)] == [first.run_id, report.run_id]  # nothing duplicated
+    for target in ("m.b", "m.c"):  # as the first run left them
+        assert table(root, target) == reference(CHAIN_REF[target])
+        assert [r for r, _ in records(root, target)] == [first.run_id]
+
+
 def test_consecutive_partitions_share_a_commit_and_skips_work_per_partition(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {}, {"d/daily.sql": DAILY})
     before = snapshots(root)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap.errors import LakewrapError, Location, ModelError, suggest
+from lakewrap.execute.binding import inline
 from lakewrap.project import Project
 from lakewrap.spec import ModelSpec, TimePartitioning
 from lakewrap.sqlpos import offset_location
@@ -281,9 +282,10 @@ class _Resolver:
             return None  # compile reports it on its own
         try:
             params = {k: v.python() for k, v in probe.params.items()}
-            cur = self._connection().execute(probe.sql, params) if params else self._connection().execute(probe.sql)
+            text, bind = inline(probe.sql, params)  # no pandas import (execute/binding.py)
+            cur = self._connection().execute(text, bind)
         except duckdb.BinderException as exc:
-            remember(exc, probe.sql, "probe")
+            remember(exc, probe.sql, "probe", executed=text)
             err = located(exc, spec.path, self.root)
             names = ", ".join(self._named(k) for k in ups) or "no table"
             self.out.problems[spec.target.key] = _error(

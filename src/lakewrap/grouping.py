@@ -1,11 +1,15 @@
 """Which ready steps the scheduler commits together (group commit; docs/running.md, "Group commit
 and --atomic").
 
-A group is made of steps that are ready at the same moment (every step they depend on has
+A group starts with the steps that are ready at the same moment (every step they depend on has
 committed): independent models of one DAG level, and consecutive partitions of one model (kept
-in their order, never split over two groups in flight). It holds at most :data:`GROUP_SIZE`
-steps; the substrate commits what it has written after :data:`GROUP_SECONDS` of writing and goes
-on in a new transaction. A Python model or a model with hooks is never grouped: its function or
+in their order, never split over two groups in flight). The first group then takes in, in DAG
+order, the steps whose every upstream step has committed or is in the group before them (the
+next levels of the DAG): such a member reads its upstreams' writes inside the transaction, is
+planned there (after they wrote), and carries the positions of those upstreams in the group
+(``Task.after``), so that a failing member takes only its own downstream members out of the group
+with it. A group holds at most :data:`GROUP_SIZE` steps; the substrate commits what it has
+written after :data:`GROUP_SECONDS` of writing and goes on in a new transaction. A Python model or a model with hooks is never grouped: its function or
 its ``pre_run``/``post_run`` scripts run around its own commit. ``--atomic`` is one group of every
 step of the run, in DAG order, unbounded.
 """
@@ -91,4 +95,38 @@ def next_groups(sched: Scheduler, free: int, size: int = GROUP_SIZE) -> list[lis
         current += block
     if current and len(groups) < free:
         groups.append(current)
+    if groups and all(sched.groupable(s) for s in groups[0]):
+        _take_downstream(sched, groups, size)
     return groups
+
+
+def _take_downstream(sched: Scheduler, groups: list[list[Step]], size: int) -> None:
+    """Extend ``groups[0]`` with pending steps (in DAG order) whose every upstream step has
+    committed or is in it, up to ``size`` (in place)."""
+    first = groups[0]
+    inside = {s.index for g in groups for s in g}
+    mine = {s.index for s in first}
+    targets = {s.task.target for g in groups[1:] for s in g}
+    committed = ("success", "unchanged", "done")
+    for step in sched.steps:
+        if len(first) >= size:
+            break
+        if step.status != "pending" or step.index in inside:
+            continue
+        target = step.task.target
+        if sched.busy[target] or target in targets or not sched.groupable(step):
+            continue
+        earlier = [i for i in sched.order[target] if i < step.index]
+        if any(sched.steps[i].status == "pending" and i not in mine for i in earlier):
+            continue  # one table's partitions commit in order
+        if all(sched.steps[d].status in committed or d in mine for d in step.deps):
+            first.append(step)
+            mine.add(step.index)
+            inside.add(step.index)
+
+
+def after(group: list[Step]) -> list[tuple[int, ...]]:
+    """Per member of ``group``: the positions of the members it depends on (its upstreams written
+    in the same transaction)."""
+    pos = {s.index: k for k, s in enumerate(group)}
+    return [tuple(sorted(pos[d] for d in s.deps if d in pos)) for s in group]

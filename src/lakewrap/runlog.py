@@ -45,6 +45,7 @@ from typing import Any
 from lakewrap import __version__
 from lakewrap.compilers import runlog as rsql
 from lakewrap.execute import statements as stmts
+from lakewrap.execute.binding import inline
 from lakewrap.execute.retry import RetryPolicy, retrying
 
 # A catalog or run-log file another process is writing answers "database is locked" or holds its
@@ -76,48 +77,43 @@ class Store:
         pass
 
 
-_SOURCE = "__lakewrap_runlog_rows"
-_ARROW = {"VARCHAR": "string", "BIGINT": "int64", "DOUBLE": "float64", "BOOLEAN": "bool"}
-
-
-SMALL_FLUSH = 64  # rows; above this a flush goes through Arrow
-
-
-def _arrow_table(table: str, rows: list[dict[str, Any]]) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    schema = pa.schema([(c, pa.type_for_alias(_ARROW[t])) for c, t in rsql.TABLES[table]])
-    return pa.Table.from_pylist(rows, schema=schema)
+def _values(insert: str, rows: list[dict[str, Any]]) -> str | None:
+    """``insert`` (``INSERT INTO t (cols) VALUES ($col, ...)``) for all of ``rows`` in one statement,
+    the values written as literals (:mod:`lakewrap.execute.binding`); None when a value is not one
+    :func:`~lakewrap.execute.binding.literal` writes. One multi-row INSERT of 200 rows takes 17 ms,
+    200 one-row INSERTs 120 ms (measured, DuckDB 1.5.5), and nothing is imported for it."""
+    head, _, row = insert.rpartition("VALUES")
+    tuples = []
+    for values in rows:
+        text, left = inline(row, values)
+        if left is not None:
+            return None
+        tuples.append(text.strip())
+    return f"{head}VALUES {', '.join(tuples)}"
 
 
 def _duckdb_write(con: Any, catalog: str | None, rows: list[tuple[str, dict[str, Any]]], replace_run: str | None,
                   create: bool) -> None:
     """One transaction on a DuckDB connection: the tables (when ``create``), the run's old row
-    removed, the rows inserted; rolled back on any error."""
+    removed, the rows inserted (one statement per table); rolled back on any error."""
     by_table: dict[str, list[dict[str, Any]]] = {}
     for table, row in rows:
         by_table.setdefault(table, []).append(row)
-    # A few rows (a run of a few models) are bound one by one (about 1 ms each); a big flush
-    # goes as one INSERT per table from an Arrow table, which costs importing pyarrow (~0.1 s).
-    frames = ({t: _arrow_table(t, r) for t, r in by_table.items()} if len(rows) > SMALL_FLUSH else None)
     con.execute(stmts.BEGIN)
     try:
         if create:  # another run may be creating them too: a conflict retries it all
             for stmt in stmts.ddl("duckdb", catalog):
                 con.execute(stmt)
         if replace_run is not None:
-            con.execute(stmts.delete_run("duckdb", catalog), {"run_id": replace_run})
-        if frames is None:
-            for table, table_rows in by_table.items():
-                insert = stmts.insert(table, "duckdb", catalog)
-                for row in table_rows:
-                    con.execute(insert, row)
-        for table, frame in (frames or {}).items():
-            con.register(_SOURCE, frame)
-            try:
-                con.execute(stmts.insert_from(table, _SOURCE, catalog))
-            finally:
-                con.unregister(_SOURCE)
+            con.execute(*inline(stmts.delete_run("duckdb", catalog), {"run_id": replace_run}))
+        for table, table_rows in by_table.items():
+            insert = stmts.insert(table, "duckdb", catalog)
+            many = _values(insert, table_rows)
+            if many is not None:
+                con.execute(many)
+                continue
+            for row in table_rows:  # a value bound by DuckDB (none lakewrap writes today)
+                con.execute(insert, row)
         con.execute(stmts.COMMIT)
     except Exception:
         with suppress(Exception):
@@ -129,7 +125,7 @@ def _duckdb_run(con: Any, catalog: str | None, run_id: str) -> dict[str, Any] | 
     import duckdb
 
     try:
-        cursor = con.execute(stmts.select_run("duckdb", catalog), {"run_id": run_id})
+        cursor = con.execute(*inline(stmts.select_run("duckdb", catalog), {"run_id": run_id}))
     except duckdb.CatalogException:
         return None  # no run has written this run log yet
     row = cursor.fetchone()
@@ -137,7 +133,7 @@ def _duckdb_run(con: Any, catalog: str | None, run_id: str) -> dict[str, Any] | 
 
 
 def _duckdb_last_step(con: Any, catalog: str | None, run_id: str) -> int:
-    row = con.execute(stmts.last_step("duckdb", catalog), {"run_id": run_id}).fetchone()
+    row = con.execute(*inline(stmts.last_step("duckdb", catalog), {"run_id": run_id})).fetchone()
     return int(row[0] or 0) if row else 0
 
 

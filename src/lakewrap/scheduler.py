@@ -182,7 +182,12 @@ class Scheduler:
             else:
                 from lakewrap.grouping import GROUP_SECONDS
 
-                self.runner.submit_group([s.task for s in group], gid, lambda t, r: self.done.put((t, r)),
+                from dataclasses import replace
+
+                from lakewrap.grouping import after
+
+                tasks = [replace(s.task, after=a) for s, a in zip(group, after(group), strict=True)]
+                self.runner.submit_group(tasks, gid, lambda t, r: self.done.put((t, r)),
                                          atomic=self.atomic, seconds=GROUP_SECONDS)
         return started
 

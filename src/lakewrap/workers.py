@@ -34,6 +34,7 @@ from typing import Any
 
 from lakewrap.errors import ConfigError, ExecutionError, Location
 from lakewrap.execute import statements as sql
+from lakewrap.execute.binding import inline
 from lakewrap.execute.executor import GroupStep, Result, RetryPolicy
 from lakewrap.signals import settle
 from lakewrap.substrates.registry import resolve
@@ -59,6 +60,8 @@ class Task:
     strict: bool = False
     # a batch of a range backfill (lakewrap.batches): every partition it writes, ``partition`` first
     batch: tuple[str, ...] = ()
+    # in a group commit (lakewrap.grouping): the positions of the group's members this step reads
+    after: tuple[int, ...] = ()
 
     def skipped(self, status: str, why: str) -> Result:
         return Result(model=self.model, target=self.target, partition=self.partition, strategy=self.strategy,
@@ -83,6 +86,9 @@ class Guarded:
     def execute(self, statement: str, *args: Any) -> Any:
         if self._cancelled.is_set() and statement != sql.ROLLBACK:
             raise RunCancelled("the run was cancelled", hint="resume it with `lakewrap resume RUN_ID`")
+        if len(args) == 1 and isinstance(args[0], dict):  # no pandas import (lakewrap.execute.binding)
+            statement, params = inline(statement, args[0])
+            args = () if params is None else (params,)
         with self._lock:  # one statement at a time on a shared instance (see Lake.statement_lock)
             return self._con.execute(statement, *args)
 
@@ -142,7 +148,7 @@ def run_group_task(tasks: list[Task], con: Any, lake: Any, project: Any, cancell
                           status="failed", group=group_id)
         steps.append(GroupStep(template, spec, partial(compile_step, lake, con, spec, task.partition,
                                                        datetime.fromisoformat(task.now), cache),
-                               task.drop_first, task.attempts))
+                               task.drop_first, task.attempts, task.after))
     results = substrate.run_group(executor, con, steps, group_id=group_id, atomic=atomic, seconds=seconds,
                                   cancelled=cancelled)
     for result in results:

@@ -123,14 +123,16 @@ class Job:
 class GroupStep:
     """One step handed to a substrate's ``run_group``: its result so far (model, target, partition,
     strategy), its model's spec, how to compile its plan (called before the group's transaction,
-    or inside it for ``--atomic``), whether it drops the table first, and its attempts when it runs
-    alone (1 + the model's retries)."""
+    or inside it for ``--atomic``), whether it drops the table first, its attempts when it runs
+    alone (1 + the model's retries), and the positions of the members it reads (``after``: planned
+    inside the transaction, once they wrote)."""
 
     result: Result
     spec: Any
     plan: Callable[[], CompiledPlan]
     drop_first: bool = False
     attempts: int = 1
+    after: tuple[int, ...] = ()
 
 
 @dataclass

@@ -196,8 +196,9 @@ def located(exc: BaseException, path: str, root: Path | None, *, compiled: Compi
         return guard
     message, hint = _split(text)
     location: Location | None = None
-    at = caret_offset(text, statement) if statement is not None and source is not None and role in _EMBEDS else None
-    if at is not None and (mapped := map_offset(statement or "", at, source or "")) is not None:
+    ran = getattr(exc, _EXECUTED, statement)  # DuckDB's caret points into the text it ran
+    at = caret_offset(text, ran) if ran is not None and source is not None and role in _EMBEDS else None
+    if at is not None and (mapped := map_offset(ran or "", at, source or "")) is not None:
         location = _offset_location(source or "", mapped, path)
     if location is None and source is not None and (named := _COLUMN.search(message)) is not None:
         location = _output_column(source, path, named.group(1))  # e.g. pyiceberg's schema conversion
@@ -386,12 +387,16 @@ def _debug(exc: BaseException, text: str, statement: str | None, role: str | Non
 
 
 _STATEMENT = "lakewrap_statement"
+_EXECUTED = "lakewrap_executed"
 # the roles of statements that embed the user's SELECT (or, literal, are the user's text): only their
 # carets are mapped; a guard, test or state statement shares words with the file by coincidence only
 _EMBEDS = frozenset({"stage", "bootstrap", "write", "literal", "schema", "probe"})
 
 
-def remember(exc: BaseException, statement: str, role: str | None = None) -> None:
-    """Attach the statement that raised ``exc`` (and its role) to it, for :func:`located`."""
+def remember(exc: BaseException, statement: str, role: str | None = None, *, executed: str | None = None) -> None:
+    """Attach the statement that raised ``exc`` (and its role) to it, for :func:`located`;
+    ``executed``: the text DuckDB ran when it differs (parameters written in as literals)."""
     with suppress(AttributeError, TypeError):  # an exception type without a __dict__: no statement known
         setattr(exc, _STATEMENT, (statement, role))
+        if executed is not None and executed != statement:
+            setattr(exc, _EXECUTED, executed)

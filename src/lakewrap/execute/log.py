@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lakewrap.compilers.artifacts import CompiledPlan
+from lakewrap.execute.binding import inline
 from lakewrap.execute.locate import remember
 
 
@@ -48,10 +49,12 @@ class StatementLog:
             lines.append("-- params: " + ", ".join(f"${k} = {v!r}" for k, v in params.items()))
         self._write("\n".join(lines) + "\n" + statement.rstrip().rstrip(";") + ";\n")
         start = time.perf_counter()
+        text, bind = inline(statement, params)  # no pandas import (execute/binding.py)
         try:
-            cursor = con.execute(statement, params) if params else con.execute(statement)
+            cursor = con.execute(text, bind) if bind else con.execute(text)
         except Exception as exc:
-            remember(exc, statement, role)  # the error's position is in this statement (execute/locate.py)
+            # the error's position is in the text that ran, its role that of the statement (execute/locate.py)
+            remember(exc, statement, role, executed=text)
             self._write(f"-- failed after {time.perf_counter() - start:.3f}s: {str(exc).splitlines()[0]}\n")
             raise
         self._write(f"-- ok {time.perf_counter() - start:.3f}s\n")

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.errors import PlanError
+from lakewrap.execute.binding import literal
 
 if TYPE_CHECKING:
     from lakewrap.compilers.artifacts import CompiledPlan
@@ -243,7 +244,9 @@ def _is_secret(statement: str) -> bool:
 
 def _check_tree(con: Any, text: str, what: str) -> None:
     """A SELECT's functions and tables, from DuckDB's parse tree (``json_serialize_sql``)."""
-    doc = json.loads(con.execute("SELECT json_serialize_sql(?)", [text]).fetchone()[0])
+    arg = literal(text)  # written in, not bound: no pandas import (execute/binding.py)
+    doc = json.loads((con.execute(f"SELECT json_serialize_sql({arg})") if arg is not None
+                      else con.execute("SELECT json_serialize_sql(?)", [text])).fetchone()[0])
     if doc.get("error"):
         raise PlanError(f"{what}: DuckDB cannot parse it: {doc.get('error_message', '')}")
     for kind, name in _names(doc):

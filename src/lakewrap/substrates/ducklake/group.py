@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakewrap import __version__
 from lakewrap.execute import locate
+from lakewrap.execute.binding import inline
 from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import GroupStep, Job, Result, RetryPolicy
 from lakewrap.execute.log import StatementLog
@@ -48,6 +49,7 @@ class Member:
     plan: Callable[[], Job]
     upstreams: tuple[str, ...] = ()
     attempts: int = 1
+    after: tuple[int, ...] = ()  # the members it reads: it is planned inside the transaction, after them
 
     @classmethod
     def of(cls, step: GroupStep, defer: bool) -> Member:
@@ -56,7 +58,7 @@ class Member:
         def plan() -> Job:
             return Job(step.plan(), ups if defer else (), step.drop_first)
 
-        return cls(step.result, plan, ups, step.attempts)
+        return cls(step.result, plan, ups, step.attempts, step.after)
 
     @property
     def target(self) -> str:
@@ -101,11 +103,13 @@ def commit_group(executor: Executor, con: Any, members: list[Member], *, group_i
     out = GroupOutcome([replace(m.result, status="failed") for m in members])
     jobs: dict[int, Job] = {}
     moved: dict[int, str] = {}  # member -> the error that took it out of its group
+    settled: set[int] = set()  # members whose outcome is final (committed, failed or skipped)
     work: deque[list[int]] = deque([list(range(len(members)))])
     while work:
-        idxs = work.popleft()
+        idxs = _unblocked(members, out, work.popleft(), settled)
         if not idxs:
             continue
+        settled.update(idxs)  # every path below settles them (a retry moves them back out)
         if len(idxs) == 1 and not atomic:  # alone: the shared loop, with the step's retries
             i = idxs[0]
             try:
@@ -125,6 +129,7 @@ def commit_group(executor: Executor, con: Any, members: list[Member], *, group_i
             rest = _transaction(executor, con, members, jobs, idxs, out, group_id, atomic, seconds)
             out.commits += 1
             if rest:
+                settled.difference_update(rest)
                 work.appendleft(rest)
         except _Failed as failed:
             i = idxs[failed.index]
@@ -146,20 +151,54 @@ def commit_group(executor: Executor, con: Any, members: list[Member], *, group_i
             target = members[i].target
             pos = idxs.index(i)
             later = [j for j in idxs[pos + 1:] if members[j].target == target]
-            others = [j for j in idxs if j != i and j not in later]
+            below = _downstream(members, idxs, {i, *later})
+            others = [j for j in idxs if j != i and j not in later and j not in below]
+            settled.difference_update(idxs)
             if not failed.nothing:
                 text = str(failed.error).strip()
                 moved[i] = executor.lake.redact(text.splitlines()[0] if text else type(failed.error).__name__)
                 out.retried.append(target + (f" {out.results[i].partition}" if out.results[i].partition else ""))
-            # the others first (committed again without it), then it alone, then its table's later partitions
-            for part in (later, [i], others):
+            # the others first (committed again without it), then it alone, then its table's later
+            # partitions, then the members that read it (skipped if it failed)
+            for part in (below, later, [i], others):
                 work.appendleft(part)
         except Exception:  # not one member's failure (the COMMIT): every member alone, retried as a step
             if atomic:
                 raise
+            settled.difference_update(idxs)
             for j in reversed(idxs):
                 work.appendleft([j])
     return out
+
+
+def _downstream(members: list[Member], idxs: list[int], roots: set[int]) -> list[int]:
+    """The members of ``idxs`` that read one of ``roots``, directly or through another, in order."""
+    below: set[int] = set()
+    for j in idxs:  # members come in DAG order: an upstream before the members that read it
+        if j not in roots and any(a in roots or a in below for a in members[j].after):
+            below.add(j)
+    return [j for j in idxs if j in below]
+
+
+def _unblocked(members: list[Member], out: GroupOutcome, idxs: list[int], settled: set[int]) -> list[int]:
+    """``idxs`` without the members an upstream member of which ended without committing: those are
+    recorded ``skipped``, as the scheduler records a step whose upstream failed."""
+    ok = ("success", "unchanged")
+    keep: list[int] = []
+    for j in idxs:
+        bad = next((a for a in members[j].after if a in settled and out.results[a].status not in ok), None)
+        if bad is None:
+            keep.append(j)
+            continue
+        up = out.results[bad]
+        r = out.results[j]
+        r.status = "skipped"  # type: ignore[assignment]
+        r.error = (f"an upstream model failed in this run: {up.target}" + (f" {up.partition}" if up.partition else "")
+                   if up.status == "failed" else up.error or "not run")
+        r.rows_inserted = r.rows_updated = r.rows_deleted = 0
+        r.snapshot_id = None
+        settled.add(j)
+    return keep
 
 
 def _transaction(executor: Executor, con: Any, members: list[Member], jobs: dict[int, Job], idxs: list[int],
@@ -171,11 +210,12 @@ def _transaction(executor: Executor, con: Any, members: list[Member], jobs: dict
     committed = False
     error: str | None = None
     fences: dict[str, str | None] = {}
+    executor.read_fences(con, [members[i].target for i in idxs], _Quiet())  # type: ignore[arg-type]
     for pos, i in enumerate(idxs):  # before BEGIN: a probe that fails inside would abort the transaction
         target = members[i].target
         if target not in fences:
             fences[target] = executor._fence(con, target, _Quiet())  # type: ignore[arg-type]
-        if not atomic:  # members are independent: planned (and checked) before the transaction
+        if not atomic and not members[i].after:  # planned (and checked) before the transaction
             try:
                 jobs.setdefault(i, members[i].plan())
                 executor.check(jobs[i].compiled)
@@ -193,10 +233,10 @@ def _transaction(executor: Executor, con: Any, members: list[Member], jobs: dict
                     logs[i].note(f"in group {group_id}: BEGIN and COMMIT are in the statement log {head.path.name}")
             return logs[i]
 
-        if atomic:
-            for i in idxs:  # an atomic run plans inside the transaction: an upstream may exist only there
+        for i in idxs:  # planned inside the transaction, after the upstream members it reads wrote
+            if atomic or members[i].after:
                 jobs.pop(i, None)
-        else:
+        if idxs[0] in jobs:
             log_of(idxs[0])
         begin = head if head is not None else _Quiet()
         begin.run(con, sql.BEGIN)
@@ -278,7 +318,8 @@ class _Quiet:
     """A statement log that logs nothing (an atomic group before its first member's log exists)."""
 
     def run(self, con: Any, statement: str, params: dict[str, Any] | None = None, role: str | None = None) -> Any:
-        return con.execute(statement, params) if params else con.execute(statement)
+        text, bind = inline(statement, params)  # no pandas import (execute/binding.py)
+        return con.execute(text, bind) if bind else con.execute(text)
 
     def note(self, text: str) -> None:
         pass

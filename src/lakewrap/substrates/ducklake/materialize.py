@@ -293,6 +293,19 @@ class Executor(Materializer):
         schema, name = target.split(".", 1)
         return int(log.run(con, sql.count_rows(schema, name)).fetchone()[0])
 
+    def read_fences(self, con: Any, targets: list[str], log: StatementLog) -> None:
+        """Read the fence rows of ``targets`` in one statement (a group's members), so that
+        :meth:`_fence` finds them known; when one of them has no fence yet, each is probed alone."""
+        unknown = sorted({t for t in targets if t not in self.fences})
+        if len(unknown) < 2:
+            return
+        try:
+            rows = log.run(con, sql.fence_probes(unknown)).fetchall()
+        except Exception:  # a model's first run: its fence does not exist yet
+            return
+        for k, sha in rows:
+            self.fences[unknown[k]] = sha or ""
+
     def _fence(self, con: Any, target: str, log: StatementLog) -> str | None:
         """The ``sql_sha256`` in the model's fence row, or None before the model's first commit.
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakewrap.compilers.artifacts import CompiledPlan
 from lakewrap.execute import statements as stmts
+from lakewrap.execute.binding import inline
 from lakewrap.outcome import landed, needs_lookup, snapshot_read, snapshot_unread, unanswered
 from lakewrap.seedfiles import SqlSeeder
 from lakewrap.skips import appended
@@ -98,8 +99,8 @@ def resolve_outcome(lake: Lake, con: Any, run_id: str, result: Result) -> Result
                 if not own:  # a cursor of the seed's connection does not inherit its USE
                     with suppress(Exception):  # a connection without the lake: the look-up says so
                         cursor.execute(stmts.use(lake.alias))
-                row = cursor.execute(stmts.step_materialization(), params).fetchone()
-                snapshot = (cursor.execute(stmts.step_snapshot(lake.alias), params).fetchone()
+                row = cursor.execute(*inline(stmts.step_materialization(), params)).fetchone()
+                snapshot = (cursor.execute(*inline(stmts.step_snapshot(lake.alias), params)).fetchone()
                             if row is not None or unread else None)
         finally:
             if own:
