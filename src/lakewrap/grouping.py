@@ -9,8 +9,9 @@ next levels of the DAG): such a member reads its upstreams' writes inside the tr
 planned there (after they wrote), and carries the positions of those upstreams in the group
 (``Task.after``), so that a failing member takes only its own downstream members out of the group
 with it. A group holds at most :data:`GROUP_SIZE` steps; the substrate commits what it has
-written after :data:`GROUP_SECONDS` of writing and goes on in a new transaction. A Python model or a model with hooks is never grouped: its function or
-its ``pre_run``/``post_run`` scripts run around its own commit. ``--atomic`` is one group of every
+written after :data:`GROUP_SECONDS` of writing and goes on in a new transaction. A Python model
+or a model with hooks is never grouped: its function or its ``pre_run``/``post_run`` scripts run
+around its own commit. ``--atomic`` is one group of every
 step of the run, in DAG order, unbounded.
 """
 

@@ -180,11 +180,9 @@ class Scheduler:
             if len(group) == 1 and not self.atomic:
                 self.runner.submit(group[0].task, lambda t, r: self.done.put((t, r)))
             else:
-                from lakewrap.grouping import GROUP_SECONDS
-
                 from dataclasses import replace
 
-                from lakewrap.grouping import after
+                from lakewrap.grouping import GROUP_SECONDS, after
 
                 tasks = [replace(s.task, after=a) for s, a in zip(group, after(group), strict=True)]
                 self.runner.submit_group(tasks, gid, lambda t, r: self.done.put((t, r)),

@@ -17,6 +17,7 @@ statement to DuckDB's binding as before.
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import date, datetime, time
 from typing import Any
@@ -82,7 +83,7 @@ def _placeholders(statement: str) -> list[tuple[int, int, str]] | None:
         return None
     names = (duckdb.token_type.identifier, duckdb.token_type.keyword)  # ``$target``: a keyword token
     spans: list[tuple[int, int, str]] = []
-    for (pos, _), (nxt, kind) in zip(tokens, tokens[1:], strict=False):
+    for (pos, _), (nxt, kind) in itertools.pairwise(tokens):
         if statement[pos] == "$" and nxt == pos + 1 and kind in names:
             end = nxt
             while end < len(statement) and (statement[end].isalnum() or statement[end] == "_"):

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from lakewrap import __version__
 from lakewrap.execute import locate
-from lakewrap.execute.binding import inline
 from lakewrap.execute import statements as sql
+from lakewrap.execute.binding import inline
 from lakewrap.execute.executor import GroupStep, Job, Result, RetryPolicy
 from lakewrap.execute.log import StatementLog
 
