@@ -139,8 +139,9 @@ def latest_materializations() -> exp.Select:
     ranked = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("partition_value")],
                         order=exp.Order(expressions=[exp.Ordered(this=exp.column("committed_at"), desc=True)]))
     start, end, start_ts, end_ts = _window_columns()
+    reads = exp.func("json_extract_string", exp.column("pins"), exp.Literal.string("$.group_reads[*]"))
     return (exp.select(exp.column("partition_value"), start, end, exp.alias_(pin, "pin"), exp.column("committed_at"),
-                       start_ts, end_ts)
+                       start_ts, end_ts, exp.column("run_id"), exp.alias_(reads, "group_reads"))
             .from_(q.table("lakewrap", "materializations"))
             .where(exp.EQ(this=exp.column("target"), expression=q.param("target")))
             .qualify(exp.EQ(this=ranked, expression=exp.Literal.number(1))))
@@ -190,15 +191,30 @@ def effective_changes(alias: str, schema: str, name: str) -> exp.Select:
 
 def touched_partitions(alias: str, schema: str, name: str, window: WindowFilter | None) -> str:
     """Partitions of ``$target`` (latest materialization) touched by a change of ``schema.name``
-    committed after that materialization's pin, up to ``$until``.
+    committed after that materialization's pin, up to ``$until``, other than in snapshot ``$own``.
 
     With a precise window filter a change touches the partitions whose recorded window its row
     satisfies (inserted, deleted, and both images of an updated row); otherwise any change after
     the pin touches the partition. ``$since`` is the oldest pin of the model's partitions.
     """
-    on: exp.Expr = exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.col("pin", LATEST))
+    # ``$own``: the snapshot the materializations committed in, whose changes they read (Latest.floor; -1: none)
+    on: exp.Expr = exp.and_(exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.col("pin", LATEST)),
+                            exp.NEQ(this=q.col("snapshot_id", CHANGES), expression=q.param("own")))
     changes = exp.Subquery(this=effective_changes(alias, schema, name), alias=exp.TableAlias(this=q.ident(CHANGES)))
     return q.render(_touched(latest_materializations(), changes, on, window))
+
+
+def member_commits(alias: str) -> str:
+    """``(run_id, partition, snapshot)`` of each materialization of ``$target`` a commit recorded
+    (a group commit's members each on their own row): where a member's own transaction committed."""
+    from lakewrap.compilers.lake import member_snapshots
+
+    def extra(key: str) -> exp.Expr:
+        return exp.func("json_extract_string", exp.column("commit_extra_info"), exp.Literal.string(f"$.{key}"))
+
+    return q.render(exp.select(extra("run_id"), extra("partition"), exp.Max(this=exp.column("snapshot_id")))
+                    .from_(member_snapshots(alias)).where(exp.EQ(this=extra("target"), expression=q.param("target")))
+                    .group_by(extra("run_id"), extra("partition")))
 
 
 def _touched(latest: exp.Select, changes: exp.Expr, on: exp.Expr, window: WindowFilter | None) -> exp.Select:

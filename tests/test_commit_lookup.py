@@ -110,9 +110,12 @@ def connected(lake: Lake) -> Iterator[Any]:
 
 
 def snapshot_of(con: Any, lake: Lake, run_id: str, target: str) -> int:
+    # the snapshot of the step's own commit, or of the group commit it was a member of
     (snap,) = con.execute(f"SELECT max(snapshot_id) FROM {lake.alias}.snapshots() "
-                          "WHERE json_extract_string(commit_extra_info, '$.target') = ? "
-                          "AND json_extract_string(commit_extra_info, '$.run_id') = ?", [target, run_id]).fetchone()
+                          "WHERE (json_extract_string(commit_extra_info, '$.target') = ? "
+                          "OR list_contains(json_extract_string(commit_extra_info, '$.members[*].target'), ?)) "
+                          "AND json_extract_string(commit_extra_info, '$.run_id') = ?",
+                          [target, target, run_id]).fetchone()
     return int(snap)
 
 

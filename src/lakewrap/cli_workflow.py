@@ -87,10 +87,13 @@ def debug_cmd(project: Path) -> None:
 
 
 def _set_wait(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
+    """``--wait``: ``LAKEWRAP_WAIT`` for the command (worker processes inherit it), put back as it
+    was when the command ends (an in-process caller runs many commands: `cli_io._setenv`)."""
     if value is not None:
+        from lakewrap.cli_io import _setenv
         from lakewrap.execute.lockwait import WAIT_ENV
 
-        os.environ[WAIT_ENV] = f"{value:g}"  # worker processes inherit it
+        _setenv(WAIT_ENV)(ctx, param, f"{value:g}")
 
 
 def _wait_option() -> click.Option:

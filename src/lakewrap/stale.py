@@ -48,6 +48,12 @@ class Latest:
     pins: dict[str, int | None] = field(default_factory=dict)  # Iceberg: each upstream's snapshot (None: empty)
     # Iceberg with ``defer``: the upstreams it read from another environment's catalog (not in ``pins``)
     deferred: tuple[str, ...] = ()
+    # DuckLake group commit: the upstreams it read as its own transaction wrote them (``group_reads``),
+    # and the snapshot that transaction committed (``own``): what that snapshot changed in the tables
+    # it reads was written before it in its own transaction, so it read it (-1: not known)
+    group_reads: tuple[str, ...] = ()
+    own: int = -1
+    run_id: str | None = None
 
 
 class Feed(Protocol):

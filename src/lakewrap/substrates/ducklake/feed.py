@@ -11,10 +11,11 @@ table at the pin and now. :func:`lakewrap.stale.find_stale` applies the shared r
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from lakewrap.errors import PlanError
+from lakewrap.execute.binding import inline
 from lakewrap.stale import Latest, StaleModel, find_stale, rows_touched
 
 if TYPE_CHECKING:
@@ -24,11 +25,17 @@ if TYPE_CHECKING:
     from lakewrap.spec import ModelSpec
 
 
-def latest(con: Any, target: str) -> list[Latest]:
+def latest(con: Any, alias: str, target: str) -> list[Latest]:
     from lakewrap.compilers import stale as q
 
-    rows = con.execute(q.latest_query(), {"target": target}).fetchall()
-    return [Latest(r[0], r[1], r[2], int(r[3])) for r in rows if r[3] is not None]
+    rows = con.execute(*inline(q.latest_query(), {"target": target})).fetchall()
+    out = [Latest(r[0], r[1], r[2], int(r[3]), group_reads=tuple(t.lower() for t in r[8] or ()), run_id=r[7])
+           for r in rows if r[3] is not None]
+    if any(r.group_reads for r in out):  # read inside a group commit: where that commit landed
+        own = {(run, part): int(snap) for run, part, snap in
+               con.execute(*inline(q.member_commits(alias), {"target": target})).fetchall()}
+        out = [replace(r, own=own.get((r.run_id, r.partition), -1)) if r.group_reads else r for r in out]
+    return out
 
 
 def current_snapshot(con: Any, alias: str) -> int:
@@ -73,14 +80,16 @@ class DuckLakeFeed:
     _diffs: dict[tuple[str, int], Any] = field(default_factory=dict)
 
     def latest(self, target: str, whole_table: bool) -> list[Latest]:
-        records = latest(self.con, target)
+        records = latest(self.con, self.alias, target)
         if whole_table and records:  # unpartitioned or dynamic: the model's latest materialization
             last = max(records, key=lambda r: r.pin)
-            records = [Latest(None, None, None, last.pin)]
+            records = [replace(last, partition=None, window_start=None, window_end=None)]
         return records
 
     def touched(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
                 time_part: bool) -> Iterable[tuple[str | None, str]]:
+        # a change in a record's own commit is one its group wrote before it, which it read
+        # (Latest.own; docs/running.md, "Group commit and --atomic")
         since = min(r.pin for r in records)
         try:
             identity = current_identity(self.con, self.alias, table)
@@ -91,37 +100,41 @@ class DuckLakeFeed:
             return
         if altered is not None:
             for r in records:
-                if r.pin < altered:
+                if r.pin < altered != r.own:
                     yield r.partition, f"{table} was altered at snapshot {altered}"
-            records = [r for r in records if r.pin >= altered]
+            records = [r for r in records if r.pin >= altered or altered == r.own]
         created = identity[1] if identity else None
-        recreated = [r for r in records if created is not None and r.pin < created]
-        fresh = [r for r in records if created is None or r.pin >= created]
+        recreated = [r for r in records if created is not None and r.pin < created != r.own]
+        gone = {id(r) for r in recreated}
+        fresh = [r for r in records if id(r) not in gone]
         if recreated:
             assert identity is not None
             yield from self._by_content(table, identity, recreated, window, time_part)
-        if fresh:
-            yield from self._by_feed(target, table, fresh, window, time_part)
+        if fresh:  # the feed of the current table, from its creation at the earliest
+            yield from self._by_feed(target, table, fresh, window, time_part, created)
 
     def _by_feed(self, target: str, table: str, records: list[Latest], window: WindowFilter | None,
-                 time_part: bool) -> Iterable[tuple[str | None, str]]:
+                 time_part: bool, created: int | None = None) -> Iterable[tuple[str | None, str]]:
         """The records (all pinned on the current table) whose window a change-feed row touched."""
         from lakewrap.compilers import stale as q
 
         schema, name = table.split(".", 1)
-        since = min(r.pin for r in records)
-        try:
-            rows = self.con.execute(q.touched_partitions(self.alias, schema, name, window),
-                                    {"target": target, "since": since, "until": self.until}).fetchall()
-        except Exception as exc:  # no change feed (not a lake table, gone, renamed column): conservative
-            for r in records:
-                yield r.partition, f"{table}: no usable change feed ({str(exc).strip().splitlines()[0]})"
-            return
         how = "in its window" if window is not None and window.precise else "mapping not derivable: any change counts"
-        touched = {r[0] for r in rows}
-        for r in records:
-            if (r.partition if time_part else None) in touched or (not time_part and rows):
-                yield r.partition, f"{table} changed after snapshot {r.pin} ({how})"
+        for own in sorted({r.own for r in records}):  # one query per own commit (usually one or two)
+            mine = [r for r in records if r.own == own]
+            since = max(min(r.pin for r in mine), -1 if created is None else created)
+            params = {"target": target, "since": since, "until": self.until, "own": own}
+            try:
+                rows = self.con.execute(*inline(q.touched_partitions(self.alias, schema, name, window), params)
+                                        ).fetchall()
+            except Exception as exc:  # no change feed (not a lake table, gone, renamed column): conservative
+                for r in mine:
+                    yield r.partition, f"{table}: no usable change feed ({str(exc).strip().splitlines()[0]})"
+                continue
+            touched = {r[0] for r in rows}
+            for r in mine:
+                if (r.partition if time_part else None) in touched or (not time_part and rows):
+                    yield r.partition, f"{table} changed after snapshot {r.pin} ({how})"
 
     def _by_content(self, table: str, identity: tuple[str, int], records: list[Latest],
                     window: WindowFilter | None, time_part: bool) -> Iterable[tuple[str | None, str]]:
