@@ -2,25 +2,49 @@
 writes exactly what N per-partition materializations would (a range backfill's batch,
 :mod:`lakewrap.batches`).
 
-The proof extends :meth:`~lakewrap.compilers.blocks.Blocks.window_proven` (the SELECT's own WHERE
-keeps every row inside the window, on the key it returns unchanged). Every other part of the SELECT
-must then not depend on which window it runs for, nor mix rows of two partitions:
+The proof starts from the columns the SELECT's own WHERE keeps inside the window
+(:meth:`~lakewrap.compilers.blocks.Blocks.bounded_columns`: ``col >= $partition_start AND col <
+$partition_end`` among its ``AND``-ed conditions). The partition key the SELECT returns must be
 
-* the window bounds are used only in those two WHERE comparisons (``$partition_value`` nowhere), so
-  the FROM clause (its joins, derived tables, CTEs, subqueries) is one fixed relation and the WHERE
-  keeps a row or not on that row alone: the rows of a wider window are the union of the rows of its
+* such a column, unchanged (:meth:`~lakewrap.compilers.blocks.Blocks.window_proven`), or
+* **derived** from one (:func:`_follows`): ``date_trunc('<unit>', col)`` with a unit at the grain
+  or finer, ``CAST(... AS TIMESTAMP | TIMESTAMPTZ | DATE)``, nested in any order, in UTC partitions.
+  Each step maps a value to a boundary of its unit at or before it, and in UTC every boundary of the
+  grain is a boundary of a unit at the grain or finer (hourly: hour and finer; daily: day; weekly:
+  day, week, as lakewrap's and DuckDB's weeks both start on Monday; monthly: day, month; yearly: day,
+  month, quarter, year), so a row's key lies in the partition of its bounded column, which the
+  WHERE keeps in the window. A coarser unit (``month`` for a daily or weekly grain) can move a key
+  to an earlier partition; another time zone moves the boundaries. The unit must be a string
+  constant in the text (sqlglot reads ``date_trunc(day, ts)``, a column ``day``, as the unit DAY),
+  one of :data:`UNITS` (checked against DuckDB by the tests). The per-partition plan keeps its
+  window guard, with the same statements in a batch; it can fire in neither.
+
+Every other part of the SELECT must then not depend on which window it runs for, nor mix rows of two
+partitions:
+
+* the window bounds are used only in the two WHERE comparisons of that column (``$partition_value``
+  nowhere; a bound compared with a second column keeps other rows in a wider window), so the FROM
+  clause (its joins, derived tables, CTEs, subqueries) is one fixed relation and the WHERE keeps a
+  row or not on that row alone: the rows of a wider window are the union of the rows of its
   partitions;
 * what runs after the WHERE is row-wise: no window function, no ``DISTINCT``, no ``LIMIT``/``OFFSET``,
-  no ``QUALIFY``, no sample, no aggregate unless ``GROUP BY`` holds the partition key itself (each
-  group then lies inside one instant, so inside one partition; a ``HAVING`` filters whole groups);
-  ``ROLLUP``/``CUBE``/``GROUPING SETS`` are refused;
+  no ``QUALIFY``, no sample, no aggregate unless ``GROUP BY`` holds the partition key (its name, its
+  output position, ``GROUP BY ALL``) or an expression that stays in a row's partition (the bounded
+  column, a derivation of it as above): each group then lies inside one partition; a ``HAVING``
+  filters whole groups; ``ROLLUP``/``CUBE``/``GROUPING SETS`` are refused;
 * a top-level ``UNION``/``INTERSECT``/``EXCEPT`` is refused (the window proof does not hold for it);
 * the SELECT does not read the table it writes (a batch would read it before its own earlier
   partitions are written);
 * the strategy writes per row: ``delete+insert``; ``append`` without ``lookback`` (with a lookback,
-  per-partition appends write the overlapping partitions again); ``merge`` when ``unique_key``
-  holds the partition key and there is no ``predicate=`` (rows of two partitions never share a key).
-  ``table``, ``view``, ``snapshot`` and ``literal`` are not partition writes;
+  per-partition appends write the overlapping partitions again); ``merge`` without ``predicate=``
+  when ``unique_key`` holds the partition key (rows of two partitions never share a key) or, when it
+  does not (:func:`latest_partition_merge`), in UTC partitions, without ``lookback``, and updating
+  every non-key column (the default, or ``matched=replace``). Merging partition after partition
+  then leaves, for each key, the row of the latest partition holding it; the compiled MERGE of
+  such a model always deduplicates its source so (by ``date_trunc(<grain unit>, key) DESC``, then
+  ``dedupe=latest_by``'s column) and refuses a key twice within one partition, not across
+  partitions (``dedupe=error``), for one partition as for a batch. ``table``, ``view``,
+  ``snapshot`` and ``literal`` are not partition writes;
 * the model has no data tests and no hooks (both run once per materialization, with its window).
 
 What is not proven is not separable: the model runs per partition, as before.
