@@ -15,7 +15,7 @@ from sqlglot import exp
 from lakewrap import grammar
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import STAGE
-from lakewrap.compilers.shape import Capabilities, Shape, naive_bounds, window_bound
+from lakewrap.compilers.shape import PARTITION_UNIT, Capabilities, Shape, naive_bounds, window_bound
 from lakewrap.errors import Location, ModelError
 from lakewrap.plan import Plan
 from lakewrap.spec import TimePartitioning
@@ -109,16 +109,14 @@ class Blocks:
     def window_proven(self, plan: Plan, query: exp.Query) -> bool:
         """Whether the SELECT itself keeps every row inside the window, so the guard can never fire.
 
-        Proven when the top-level SELECT's WHERE has, among its ``AND``-ed conditions, the two
-        comparisons the guard makes (``key >= $partition_start`` and ``key < $partition_end``, or
-        ``>``/``<=`` for a dynamic window; after :func:`naive_bounds`) on the same column that the
-        SELECT returns unchanged as the partition key. A WHERE also drops NULL keys. GROUP BY,
+        Proven when the top-level SELECT's WHERE bounds (:meth:`bounded_columns`) the same column
+        that the SELECT returns unchanged as the partition key. A WHERE also drops NULL keys. GROUP BY,
         DISTINCT, HAVING, QUALIFY and LIMIT only drop or merge rows whose key passed the WHERE, so
         they keep the proof; anything else (a UNION, a computed or renamed key, a bound in a
         subquery, another spelling of the comparison) leaves the guard in place.
         """
         assert plan.binding is not None and plan.model.partition is not None
-        if not isinstance(query, exp.Select) or (where := query.args.get("where")) is None:
+        if not isinstance(query, exp.Select) or query.args.get("where") is None:
             return False
         key = plan.model.partition.key.lower()
         returned = [e for e in query.expressions if e.alias_or_name.lower() == key and not isinstance(e, exp.Star)]
@@ -129,16 +127,27 @@ class Blocks:
             column = exp.column(key)
         else:
             return False
+        return (column.table.lower(), key) in self.bounded_columns(plan, query)
+
+    def bounded_columns(self, plan: Plan, query: exp.Query) -> set[tuple[str, str]]:
+        """The columns, as (qualifier, name) in lower case, that the top-level SELECT's WHERE keeps
+        inside the window: among its ``AND``-ed conditions, both comparisons the guard makes
+        (``col >= $partition_start`` and ``col < $partition_end``, or ``>``/``<=`` for a dynamic
+        window; after :func:`naive_bounds`) on that column. What the window proofs start from
+        (:meth:`window_proven`, and a derived key in :mod:`lakewrap.compilers.separable`)."""
+        assert plan.binding is not None
+        if not isinstance(query, exp.Select) or (where := query.args.get("where")) is None:
+            return set()
         time = plan.binding.kind == "time"
         wanted = {(exp.GTE if time else exp.GT, "partition_start"), (exp.LT if time else exp.LTE, "partition_end")}
+        seen: dict[tuple[str, str], set[tuple[type, str]]] = {}
         for cond in where.this.flatten() if isinstance(where.this, exp.And) else [where.this]:
             bound = cond.expression if isinstance(cond, exp.GTE | exp.GT | exp.LT | exp.LTE) else None
             if (isinstance(bound, exp.Cast) and isinstance(bound.this, exp.Placeholder)
-                    and bound.to.this == exp.DataType.Type.TIMESTAMP
-                    and isinstance(cond.this, exp.Column) and cond.this.name.lower() == key
-                    and cond.this.table.lower() == column.table.lower()):
-                wanted.discard((type(cond), bound.this.name))
-        return not wanted
+                    and bound.to.this == exp.DataType.Type.TIMESTAMP and isinstance(cond.this, exp.Column)):
+                col = (cond.this.table.lower(), cond.this.name.lower())
+                seen.setdefault(col, set()).add((type(cond), bound.this.name))
+        return {col for col, got in seen.items() if wanted <= got}
 
     def reads_target(self, plan: Plan, query: exp.Query) -> bool:
         """Whether the SELECT reads the table it writes (it must then be staged before a DELETE)."""
@@ -147,7 +156,9 @@ class Blocks:
                    for tbl in query.find_all(exp.Table))
 
     def guard_keys(self, plan: Plan, keys: tuple[str, ...], check_duplicates: bool,
-                   relation: str = STAGE) -> list[Shape]:
+                   relation: str = STAGE, *, per_partition: exp.Expr | None = None) -> list[Shape]:
+        """Refuse NULL keys and, with ``check_duplicates``, a key held by two rows; with
+        ``per_partition`` (the row's partition, :meth:`partition_of`), two rows of one partition."""
         label = ", ".join(keys)
         nulls = q.or_all(exp.Is(this=q.col(k), expression=exp.Null()) for k in keys)
         null_sel = self.from_stage(relation=relation).where(nulls, copy=False)
@@ -155,10 +166,13 @@ class Blocks:
                                                     q.string(f" rows have a NULL unique_key ({label})")]),
                      "refuse NULL keys")]
         if check_duplicates:
+            grouping: list[exp.Expr] = [q.col(k) for k in keys]
+            if per_partition is not None:
+                grouping.append(per_partition)
             grouped = (
                 exp.select(*(q.col(k) for k in keys), copy=False)
                 .from_(q.table(None, relation), copy=False)
-                .group_by(*(q.col(k) for k in keys), copy=False)
+                .group_by(*grouping, copy=False)
                 .having(exp.GT(this=q.count_star(), expression=exp.Literal.number(1)), copy=False)
             )
             example_parts: list[exp.Expr] = []
@@ -166,10 +180,20 @@ class Blocks:
                 example_parts += ([q.string(", ")] if i else []) + [q.as_text(q.col(k))]
             example = exp.Min(this=q.concat(example_parts))
             sel = exp.Select().from_(grouped.subquery(q.ident("dupes"), copy=False), copy=False)
+            where = "" if per_partition is None else " in one partition"
             msg = [q.as_text(q.count_star()),
-                   q.string(f" unique_key ({label}) values occur more than once, e.g. ("), example, q.string(")")]
-            out.append(Shape("guard", q.fail_if(sel, msg), "refuse duplicate keys"))
+                   q.string(f" unique_key ({label}) values occur more than once{where}, e.g. ("), example,
+                   q.string(")")]
+            out.append(Shape("guard", q.fail_if(sel, msg), "refuse duplicate keys" + where))
         return out
+
+    def partition_of(self, plan: Plan) -> exp.Expr:
+        """``date_trunc(<grain's unit>, <partition key>)``: the partition a row lies in, for a UTC
+        time partitioning (lakewrap's weeks, like DuckDB's, start on Monday)."""
+        part = plan.model.partition
+        assert isinstance(part, TimePartitioning) and part.tz == "UTC"
+        unit = PARTITION_UNIT[part.grain.value]
+        return exp.TimestampTrunc(this=q.col(part.key), unit=exp.Var(this=unit.upper()))
 
     def bootstrap(self, plan: Plan, source: exp.Expr) -> list[Shape]:
         create = exp.Create(this=self.target(plan), kind="TABLE", exists=True, expression=source)
@@ -220,12 +244,18 @@ class Blocks:
             return False
         return not self.reads_target(plan, query)
 
-    def deduped(self, query: exp.Query, keys: tuple[str, ...], order_by: str) -> exp.Select:
-        """``query`` keeping the row with the greatest ``order_by`` per key (``dedupe=latest_by``)."""
+    def deduped(self, query: exp.Query, keys: tuple[str, ...], order_by: str | None,
+                latest: exp.Expr | None = None) -> exp.Select:
+        """``query`` keeping one row per key: the greatest ``order_by`` (``dedupe=latest_by``); with
+        ``latest`` (a row's partition), the row of the latest partition first, then the greatest
+        ``order_by`` within it."""
+        order = [] if latest is None else [exp.Ordered(this=latest, desc=True, nulls_first=False)]
+        if order_by is not None:
+            order.append(exp.Ordered(this=q.col(order_by), desc=True, nulls_first=False))
         window = exp.Window(
             this=exp.RowNumber(),
             partition_by=[q.col(k) for k in keys],
-            order=exp.Order(expressions=[exp.Ordered(this=q.col(order_by), desc=True, nulls_first=False)]),
+            order=exp.Order(expressions=order),
         )
         rank = exp.EQ(this=window, expression=exp.Literal.number(1))
         ranked = query.subquery(q.ident("result"), copy=False)

@@ -21,6 +21,9 @@ DELETED = "__lakewrap_deleted"
 VALID_FROM = "__lakewrap_valid_from"
 TARGET = "target"
 SOURCE = "source"
+# DuckDB's date_trunc unit of each time grain: date_trunc(unit, ts) is the start of ts's partition
+# in UTC (lakewrap's weeks are ISO weeks, from Monday, as DuckDB's 'week')
+PARTITION_UNIT = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month", "yearly": "year"}
 
 
 # The window bounds are bound as TIMESTAMPTZ. Compared with a TIMESTAMP column, DuckDB casts every

@@ -12,6 +12,7 @@ from sqlglot import exp
 from lakewrap.compilers import sql as q
 from lakewrap.compilers.artifacts import STAGE
 from lakewrap.compilers.blocks import Blocks
+from lakewrap.compilers.separable import latest_partition_merge
 from lakewrap.compilers.shape import CHANGES, DELETED, SOURCE, TARGET, VALID_FROM, Shape, window_bound
 from lakewrap.errors import Location, UnsupportedError
 from lakewrap.plan import Plan
@@ -108,10 +109,22 @@ class Strategies(Blocks):
             excluded = {c.lower() for c in strategy.exclude_columns} | lowered_keys
             updated = [c for c in columns if c.lower() not in excluded]
         query = self.query(plan)
-        select = self.deduped(query, keys, strategy.dedupe_by) if strategy.dedupe_by else query
+        # A unique_key without the partition key (separable.latest_partition_merge): each key's row of
+        # the latest partition, duplicates refused within a partition: what merging the partitions of
+        # a range one after the other leaves, and today's MERGE for one partition.
+        latest = self.partition_of(plan) if self.caps.range_writes and latest_partition_merge(plan) else None
+        select = query
+        if strategy.dedupe_by:
+            select = self.deduped(query, keys, strategy.dedupe_by, latest and latest.copy())
         shapes = self.staged(plan, select, query=query)
-        shapes += self.guard_keys(plan, keys, check_duplicates=strategy.dedupe == "error")
+        shapes += self.guard_keys(plan, keys, check_duplicates=strategy.dedupe == "error",
+                                  per_partition=latest and latest.copy())
         shapes += self.bootstrap(plan, q.limit_zero(self.from_stage().select(exp.Star(), copy=False)))
+        source: exp.Expr = q.aliased(q.table(None, STAGE), SOURCE)
+        rows = self.from_stage().select(exp.Star(), copy=False)
+        if latest is not None and not strategy.dedupe_by:  # the stage held every row, for the guard
+            rows = self.deduped(rows, keys, None, latest.copy())
+            source = rows.copy().subquery(q.ident(SOURCE), copy=False)
         on = q.keys_equal(keys, TARGET, SOURCE)
         if strategy.matched == "replace":
             # The same rows as the MERGE, written as a delete and an insert. Both read every target key,
@@ -123,8 +136,7 @@ class Strategies(Blocks):
             shapes.append(Shape("write", exp.Delete(this=q.aliased(self.target(plan), TARGET),
                                                     where=exp.Where(this=hit)),
                                 "remove the rows whose key the result holds (matched=replace)"))
-            shapes.append(Shape("write", self.insert_by_name(plan, self.from_stage().select(exp.Star(), copy=False)),
-                                "insert the result, by column name"))
+            shapes.append(Shape("write", self.insert_by_name(plan, rows), "insert the result, by column name"))
             shapes.append(self.drop(STAGE))
             return shapes
         if strategy.predicate is not None:
@@ -142,7 +154,7 @@ class Strategies(Blocks):
         whens.append(exp.When(matched=False, then=insert))
         node = exp.Merge(
             this=q.aliased(self.target(plan), TARGET),
-            using=q.aliased(q.table(None, STAGE), SOURCE),
+            using=source,
             on=on,
             whens=exp.Whens(expressions=whens),
         )

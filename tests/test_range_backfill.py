@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lakewrap.api import Project
@@ -47,13 +47,13 @@ def write_models(root: Path, models: dict[str, str]) -> None:
         path.write_text(text)
 
 
-def write_seed(root: Path, rows: list[tuple[int, datetime, int]]) -> None:
-    path = root / "seeds" / "raw" / "events.csv"
+def write_seed(root: Path, rows: list[tuple[int, datetime, int]], name: str = "events") -> None:
+    path = root / "seeds" / "raw" / f"{name}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     body = "".join(f"{i},{ts:%Y-%m-%d %H:%M:%S},{v}\n" for i, ts, v in rows)
     path.write_text("id,ts,v\n" + body)
     # the column types do not depend on the rows (an empty seed has none to infer from)
-    (root / "seeds" / "raw" / "events.toml").write_text('[columns]\nid = "BIGINT"\nts = "TIMESTAMP"\nv = "BIGINT"\n')
+    (root / "seeds" / "raw" / f"{name}.toml").write_text('[columns]\nid = "BIGINT"\nts = "TIMESTAMP"\nv = "BIGINT"\n')
 
 
 # --- the verdict -----------------------------------------------------------------------------------
@@ -87,6 +87,50 @@ NOT_SEPARABLE = {
 }
 
 
+# a key derived from the bounded column ts (key=day), a merge whose unique_key lacks the partition key
+DAY_HEAD = "-- materialized incremental\n-- partitioned {grain} key=day start=2024-01-01{extra}\n"
+DAY_SEPARABLE = {
+    "derived_group_all": "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n, "
+                         f"CAST(sum(v) AS BIGINT) AS v FROM raw.events {WINDOW} GROUP BY ALL",
+    "derived_group_alias": f"SELECT date_trunc('day', ts) AS day, count(*) AS n FROM raw.events {WINDOW} GROUP BY day",
+    "derived_group_position": f"SELECT date_trunc('day', ts) AS day, count(*) AS n FROM raw.events {WINDOW} GROUP BY 1",
+    "derived_group_expression": "SELECT CAST(date_trunc('day', ts) AS TIMESTAMPTZ) AS day, count(*) AS n FROM "
+                                f"raw.events {WINDOW} GROUP BY CAST(date_trunc('day', ts) AS TIMESTAMPTZ)",
+    "derived_group_finer": f"SELECT date_trunc('day', ts) AS day, ts, count(*) AS n FROM raw.events {WINDOW} "
+                           "GROUP BY ts",
+    "derived_group_finer_unit": "SELECT date_trunc('day', date_trunc('hour', ts)) AS day, count(*) AS n FROM "
+                                f"raw.events {WINDOW} GROUP BY date_trunc('hour', ts)",
+    "derived_rowwise_hour": f"SELECT date_trunc('hour', ts) AS day, id FROM raw.events {WINDOW}",
+    "derived_date_cast": f"SELECT CAST(ts AS DATE) AS day, id FROM raw.events {WINDOW}",
+    "derived_spelling": f"SELECT DATE_TRUNC('Days', ts)::TIMESTAMP AS day, id FROM raw.events {WINDOW}",
+    "derived_renamed": f"SELECT ts AS day, id FROM raw.events {WINDOW}",
+    "derived_qualified": "SELECT date_trunc('day', e.ts) AS day, count(*) AS n FROM raw.events AS e "
+                         "WHERE e.ts >= $partition_start AND e.ts < $partition_end GROUP BY ALL",
+}
+DAY_NOT_SEPARABLE = {
+    "coarser_unit": (f"SELECT date_trunc('month', ts) AS day, count(*) AS n FROM raw.events {WINDOW} GROUP BY ALL",
+                     "truncated to the month, coarser than the daily grain"),
+    "unbounded_column": (f"SELECT date_trunc('day', updated) AS day, id FROM raw.events {WINDOW}",
+                         "derived from updated, which the WHERE does not bound"),
+    "other_qualifier": ("SELECT date_trunc('day', ts) AS day, e.id FROM raw.events AS e "
+                        "WHERE e.ts >= $partition_start AND e.ts < $partition_end", "does not bound"),
+    "other_function": (f"SELECT ts + INTERVAL 1 DAY AS day, id FROM raw.events {WINDOW}", "is computed by"),
+    "time_bucket": (f"SELECT time_bucket(INTERVAL 1 DAY, ts) AS day, id FROM raw.events {WINDOW}", "is computed by"),
+    "try_cast": (f"SELECT TRY_CAST(ts AS DATE) AS day, id FROM raw.events {WINDOW}", "is computed by"),
+    "cast_varchar": (f"SELECT CAST(ts AS VARCHAR) AS day, id FROM raw.events {WINDOW}", "is computed by"),
+    "column_unit": (f"SELECT date_trunc(unit, ts) AS day, id FROM raw.events {WINDOW}", "not a string constant"),
+    "swapped_arguments": (f"SELECT date_trunc(ts, 'day') AS day, id FROM raw.events {WINDOW}", "not a string"),
+    "unknown_unit": (f"SELECT date_trunc('dow', ts) AS day, id FROM raw.events {WINDOW}", "not a string constant"),
+    "star_beside": (f"SELECT *, date_trunc('day', ts) AS day FROM raw.events {WINDOW}", "another column named day"),
+    "coarser_group": ("SELECT date_trunc('month', ts) AS m, date_trunc('day', min(ts)) AS day FROM raw.events " +
+                      WINDOW + " GROUP BY 1", "is computed by `MIN(ts)`"),
+    "group_without_key": (f"SELECT date_trunc('day', ts) AS day, count(*) AS n FROM raw.events {WINDOW} GROUP BY id",
+                          "GROUP BY does not hold the partition key"),
+    "second_bounded_column": (f"SELECT date_trunc('day', ts) AS day, id FROM raw.events {WINDOW} "
+                              "AND updated >= $partition_start", "outside the WHERE's two window comparisons"),
+}
+
+
 def verdicts(tmp_path: Path, models: dict[str, str]) -> dict[str, list[Any]]:
     write_models(tmp_path, models)
     plans = compile_range(tmp_path, start=day(0), end=day(5), batch_size=4, now=datetime(2024, 6, 1),
@@ -114,15 +158,12 @@ def test_non_separable_selects_stay_per_partition(tmp_path: Path) -> None:
     models = {f"m/{name}.sql": HEAD.format(extra="") + sql for name, (sql, _) in NOT_SEPARABLE.items()}
     models["m/append_lookback.sql"] = HEAD.format(extra=" lookback=1") + "-- append\n" + \
         f"SELECT id, ts FROM raw.events {WINDOW}"
-    models["m/merge_without_key.sql"] = HEAD.format(extra="") + "-- unique_key id\n" + \
-        f"SELECT id, ts FROM raw.events {WINDOW}"
     models["m/reads_itself.sql"] = HEAD.format(extra="") + \
         f"SELECT id, ts FROM raw.events {WINDOW} AND id NOT IN (SELECT id FROM m.reads_itself)"
     models["m/tested.sql"] = HEAD.format(extra="") + "-- test not_null id\n" + f"SELECT id, ts FROM raw.events {WINDOW}"
     got = verdicts(tmp_path, models)
     reasons = {name: why for name, (_, why) in NOT_SEPARABLE.items()}
-    reasons |= {"append_lookback": "lookback", "merge_without_key": "unique_key", "reads_itself": "reads the table",
-                "tested": "data tests"}
+    reasons |= {"append_lookback": "lookback", "reads_itself": "reads the table", "tested": "data tests"}
     for name, why in reasons.items():
         plans = got[f"m.{name}"]
         assert [p.window.value for p in plans] == [day(i) for i in range(6)], name
@@ -130,6 +171,135 @@ def test_non_separable_selects_stay_per_partition(tmp_path: Path) -> None:
         assert plans[0].separable is not None and not plans[0].separable.proven, name
         if why is not None:
             assert why in plans[0].separable.reason, (name, plans[0].separable.reason)
+
+
+def test_bounds_on_a_second_column_are_not_separable(tmp_path: Path) -> None:
+    """A second column compared with a window bound keeps other rows in a wider window (a row of day 2
+    updated on day 1 is outside day 2's window, inside days 1..2's)."""
+    sql = f"SELECT id, ts FROM raw.events {WINDOW} AND updated >= $partition_start"
+    got = verdicts(tmp_path, {"m/two.sql": HEAD.format(extra="") + sql})["m.two"]
+    assert len(got) == 6 and "outside the WHERE's two window comparisons" in got[0].separable.reason
+
+
+def day_models(cases: dict[str, Any], grain: str = "daily", extra: str = "") -> dict[str, str]:
+    return {f"m/{name}.sql": DAY_HEAD.format(grain=grain, extra=extra) + (sql if isinstance(sql, str) else sql[0])
+            for name, sql in cases.items()}
+
+
+def test_derived_keys_compile_one_plan_per_batch(tmp_path: Path) -> None:
+    """A key computed from the bounded column by truncations at the grain or finer: batched, with
+    the per-partition plan's statements (and its window guard, which cannot fire)."""
+    got = verdicts(tmp_path, day_models(DAY_SEPARABLE))
+    for name in DAY_SEPARABLE:
+        plans = got[f"m.{name}"]
+        assert [len(p.window.partitions) for p in plans] == [4, 2], (name, plans[0].separable)
+        assert "is computed from" in plans[0].separable.reason or name == "derived_renamed", name
+        assert len({p.sql_sha256 for p in plans}) == 1, name
+    one = compile_range(tmp_path, ["derived_group_all"], start=day(0), end=day(0), now=datetime(2024, 6, 1),
+                        use_cache=False)[0]
+    assert one.sql_sha256 == got["m.derived_group_all"][0].sql_sha256
+    assert [s.role for s in one.statements].count("guard") == 1  # refuse rows outside the window: kept
+
+
+def test_derived_keys_refused(tmp_path: Path) -> None:
+    got = verdicts(tmp_path, day_models(DAY_NOT_SEPARABLE))
+    for name, (_, why) in DAY_NOT_SEPARABLE.items():
+        plans = got[f"m.{name}"]
+        assert len(plans) == 6 and not any(p.window.partitions for p in plans), name
+        reason = plans[0].separable.reason
+        assert not plans[0].separable.proven and (why is None or why in reason), (name, reason)
+
+
+@pytest.mark.parametrize(("grain", "unit", "proven"), [
+    ("hourly", "hour", True), ("hourly", "minute", True), ("hourly", "day", False),
+    ("daily", "second", True), ("daily", "week", False),
+    ("weekly", "week", True), ("weekly", "day", True), ("weekly", "month", False), ("weekly", "year", False),
+    ("monthly", "month", True), ("monthly", "day", True), ("monthly", "week", False), ("monthly", "quarter", False),
+    ("yearly", "year", True), ("yearly", "quarter", True), ("yearly", "month", True), ("yearly", "week", False),
+    ("yearly", "decade", False),
+])
+def test_derived_key_units_per_grain(tmp_path: Path, grain: str, unit: str, proven: bool) -> None:
+    start = {"hourly": "2024-01-01T00", "weekly": "2024-W01", "monthly": "2024-01", "yearly": "2024"}.get(grain,
+                                                                                                       day(0))
+    head = f"-- materialized incremental\n-- partitioned {grain} key=day start={start}\n"
+    write_models(tmp_path, {"m/k.sql": head + f"SELECT date_trunc('{unit}', ts) AS day, id FROM raw.events {WINDOW}"})
+    first = compile_range(tmp_path, start=start, end=start, now=datetime(2026, 6, 1), use_cache=False)[0]
+    assert first.separable.proven is proven, first.separable.reason
+    if not proven:
+        assert f"coarser than the {grain} grain" in first.separable.reason
+
+
+def test_derived_key_needs_utc(tmp_path: Path) -> None:
+    write_models(tmp_path, day_models({"berlin": DAY_SEPARABLE["derived_group_all"],
+                                       "renamed": DAY_SEPARABLE["derived_renamed"]}, extra=" tz=Europe/Berlin"))
+    got = verdicts(tmp_path, {})
+    assert "tz=Europe/Berlin" in got["m.berlin"][0].separable.reason and len(got["m.berlin"]) == 6
+    assert got["m.renamed"][0].separable.proven  # no truncation: the same instant in any zone
+
+
+def test_date_trunc_units_agree_with_duckdb_and_the_partitions() -> None:
+    """Every spelling lakewrap follows truncates as DuckDB's canonical unit does, and each unit lakewrap
+    calls fine for a grain keeps every instant in its partition (UTC; weeks from Monday, as lakewrap's
+    ISO weeks); each unit it refuses moves some instant out of its partition."""
+    from lakewrap.compilers.separable import FINE, UNITS
+    from lakewrap.partitions import Grain, partition_of
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    instants = [datetime(2019, 12, 28) + timedelta(hours=7 * i, minutes=i % 60, seconds=i % 7) for i in range(2600)]
+    instants += [datetime(y, 1, 1) for y in range(2019, 2027)] + [datetime(2020, 12, 31, 23, 59, 59)]
+    con.execute("CREATE TABLE t AS SELECT unnest(?) AS ts", [instants])
+    for spelling, unit in UNITS.items():
+        for written in (spelling, spelling.upper()):
+            diff = con.execute(f"SELECT count(*) FROM t WHERE date_trunc('{written}', ts) <> "
+                               f"date_trunc('{unit}', ts)").fetchone()[0]
+            assert diff == 0, (written, unit)
+    units = sorted(set(UNITS.values()))
+    truncated = {u: [r[0] for r in con.execute(f"SELECT date_trunc('{u}', ts) FROM t ORDER BY rowid").fetchall()]
+                 for u in units}
+    for grain, fine in FINE.items():
+        g = Grain(grain)
+        home = [partition_of(g, ts.replace(tzinfo=timezone.utc)).value for ts in instants]
+        for u in units:
+            moved = sum(partition_of(g, x.replace(tzinfo=timezone.utc)).value != h
+                        for x, h in zip(truncated[u], home, strict=True))
+            assert (moved == 0) == (u in fine), (grain, u, moved)
+
+
+MERGE_BODY = f"SELECT id, ts, v FROM raw.events {WINDOW}"
+MERGES = {  # unique_key without the partition key ts: batched in UTC, no lookback, every column updated
+    "latest": ("", "-- unique_key id\n", None),
+    "latest_by": ("", "-- unique_key id dedupe=latest_by(v)\n", None),
+    "replace": ("", "-- unique_key id matched=replace\n", None),
+    "update_all": ("", "-- unique_key id update_columns=ts,v\n", None),
+    "update_some": ("", "-- unique_key id update_columns=v\n", "updates only some columns"),
+    "exclude": ("", "-- unique_key id exclude_columns=v\n", "updates only some columns"),
+    "predicate": ("", "-- unique_key id predicate=\"target.v > 0\"\n", "predicate="),
+    "berlin": (" tz=Europe/Berlin", "-- unique_key id\n", "only in UTC partitions (tz=Europe/Berlin)"),
+    "lookback": (" lookback=1", "-- unique_key id\n", "with a lookback"),
+}
+
+
+def test_merge_without_the_partition_key(tmp_path: Path) -> None:
+    """Batched when partition after partition would leave each key's row of its latest partition;
+    its statements are then that form for one partition too (one sql_sha256), else today's."""
+    got = verdicts(tmp_path, {f"m/{name}.sql": HEAD.format(extra=extra) + line + MERGE_BODY
+                              for name, (extra, line, _) in MERGES.items()})
+    for name, (_, _, why) in MERGES.items():
+        plans = got[f"m.{name}"]
+        sql = "\n".join(st.sql for st in plans[0].statements)
+        if why is None:
+            assert [len(p.window.partitions) for p in plans] == [4, 2], (name, plans[0].separable)
+            assert "latest partition" in plans[0].separable.reason
+            one = compile_range(tmp_path, [name], start=day(0), end=day(0), now=datetime(2024, 6, 1),
+                                use_cache=False)[0]
+            assert {p.sql_sha256 for p in plans} == {one.sql_sha256}, name
+            assert "DATE_TRUNC('DAY', \"ts\") DESC" in sql, name
+        else:
+            assert len(plans) == 6 and not plans[0].separable.proven, name
+            assert why in plans[0].separable.reason, (name, plans[0].separable.reason)
+            assert "DATE_TRUNC" not in sql and "in one partition" not in sql, name  # today's statements
+    assert "values occur more than once in one partition" in "\n".join(st.sql for st in got["m.latest"][0].statements)
 
 
 def test_batch_annotation_and_errors(tmp_path: Path) -> None:
@@ -215,40 +385,62 @@ def test_bad_batch_size_writes_nothing(tmp_path: Path, size: str) -> None:
 
 # --- range backfill == per-partition backfills == reference ---------------------------------------------
 
-STRATEGIES = {
-    "di": ("", ""),
-    "dilb": (" lookback=1", ""),
-    "app": ("", "-- append\n"),
-    "mrg": ("", "-- unique_key id,ts\n"),
+KEY_DAY = "-- materialized incremental\n-- partitioned daily key=day start=2024-01-01{extra}\n"
+STRATEGIES = {  # name: (header, header options, strategy line, body)
+    "di": (HEAD, "", "", BODY := f"SELECT id, ts, v * 10 + 1 AS w FROM raw.events {WINDOW}\n"),
+    "dilb": (HEAD, " lookback=1", "", BODY),
+    "app": (HEAD, "", "-- append\n", BODY),
+    "mrg": (HEAD, "", "-- unique_key id,ts\n", BODY),
+    # a key derived from ts (date_trunc), aggregated per day
+    "dk": (KEY_DAY, "", "", "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n, "
+           f"CAST(sum(v) AS BIGINT) AS w FROM raw.events {WINDOW} GROUP BY ALL\n"),
+    # unique_key k without ts: k spans days; raw.keyed holds one row per (day, k)
+    "mke": (HEAD, "", "-- unique_key k\n", f"SELECT ts, CAST(hour(ts) AS BIGINT) AS k, v * 10 + 1 AS w FROM raw.keyed "
+            f"{WINDOW}\n"),
+    "mkl": (HEAD, "", "-- unique_key k dedupe=latest_by(id)\n",
+            MK := f"SELECT ts, id % 5 AS k, id, v * 10 + 1 AS w FROM raw.events {WINDOW}\n"),
+    "mkr": (HEAD, "", "-- unique_key k dedupe=latest_by(id) matched=replace\n", MK),
 }
-BODY = f"SELECT id, ts, v * 10 + 1 AS w FROM raw.events {WINDOW}\n"
+COLUMNS = {"dk": "day, n, w", "mke": "k, ts, w", "mkl": "k, ts, w", "mkr": "k, ts, w"}
 
 
 def both(batch: int) -> dict[str, str]:
     out = {}
-    for name, (extra, line) in STRATEGIES.items():
-        out[f"r/{name}.sql"] = HEAD.format(extra=f"{extra} batch={batch}") + line + BODY
-        out[f"p/{name}.sql"] = HEAD.format(extra=f"{extra} batch=1") + line + BODY
+    for name, (head, extra, line, body) in STRATEGIES.items():
+        out[f"r/{name}.sql"] = head.format(extra=f"{extra} batch={batch}") + line + body
+        out[f"p/{name}.sql"] = head.format(extra=f"{extra} batch=1") + line + body
     return out
+
+
+def keyed(rows: list[tuple[int, datetime, int]]) -> list[tuple[int, datetime, int]]:
+    """The first row of each (day, hour): a key ``hour(ts)`` held once per partition."""
+    seen: dict[tuple[Any, int], tuple[int, datetime, int]] = {}
+    for r in rows:
+        seen.setdefault((r[1].date(), r[1].hour), r)
+    return list(seen.values())
 
 
 class Reference:
     """What each strategy's table holds after backfills of ranges: each partition's rows computed by
-    plain DuckDB (in memory, no lake, no lakewrap), kept per strategy in Python."""
+    plain DuckDB (in memory, no lake, no lakewrap), kept per strategy in Python; the merges applied
+    partition after partition."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, Any] = {"di": {}, "dilb": {}, "app": Counter(), "mrg": {}}
+        self.tables: dict[str, Any] = {"di": {}, "dilb": {}, "app": Counter(), "mrg": {}, "dk": {}, "mke": {},
+                                       "mkl": {}, "mkr": {}}
 
     def backfill(self, rows: list[tuple[int, datetime, int]], first: int, last: int) -> None:
         con = duckdb.connect()
-        con.execute("CREATE TABLE events (id BIGINT, ts TIMESTAMP, v BIGINT)")
-        if rows:
-            con.executemany("INSERT INTO events VALUES (?, ?, ?)", rows)
+        for name, data in (("events", rows), ("keyed", keyed(rows))):
+            con.execute(f"CREATE TABLE {name} (id BIGINT, ts TIMESTAMP, v BIGINT)")
+            if data:
+                con.executemany(f"INSERT INTO {name} VALUES (?, ?, ?)", data)
 
-        def rows_of(d: int) -> list[tuple[int, datetime, int]]:
+        def rows_of(d: int, select: str = "id, ts, v * 10 + 1", table: str = "events",
+                    tail: str = "") -> list[tuple[Any, ...]]:
             lo, hi = DAY0 + timedelta(days=d), DAY0 + timedelta(days=d + 1)
-            return [tuple(r) for r in con.execute(  # type: ignore[misc]
-                "SELECT id, ts, v * 10 + 1 FROM events WHERE ts >= ? AND ts < ? ORDER BY ALL", [lo, hi]).fetchall()]
+            return [tuple(r) for r in con.execute(
+                f"SELECT {select} FROM {table} WHERE ts >= ? AND ts < ? {tail} ORDER BY ALL", [lo, hi]).fetchall()]
 
         for d in range(first, last + 1):
             self.tables["di"][d] = rows_of(d)
@@ -257,11 +449,19 @@ class Reference:
             self.tables["app"].update(rows_of(d))
             for r in rows_of(d):
                 self.tables["mrg"][(r[0], r[1])] = r
+            self.tables["dk"][d] = rows_of(d, "CAST(date_trunc('day', ts) AS TIMESTAMP), count(*), "
+                                              "CAST(sum(v) AS BIGINT)", tail="GROUP BY ALL")
+            for r in rows_of(d, "hour(ts), ts, v * 10 + 1", "keyed"):
+                self.tables["mke"][r[0]] = r
+            latest = rows_of(d, "id % 5, ts, v * 10 + 1", tail="QUALIFY row_number() OVER (PARTITION BY id % 5 "
+                                                               "ORDER BY id DESC) = 1")
+            for r in latest:
+                self.tables["mkl"][r[0]] = self.tables["mkr"][r[0]] = r
         con.close()
 
     def rows(self, name: str) -> list[tuple[Any, ...]]:
         t = self.tables[name]
-        if name in ("di", "dilb"):
+        if name in ("di", "dilb", "dk"):
             return sorted(r for part in t.values() for r in part)
         if name == "app":
             return sorted(t.elements())
@@ -269,14 +469,20 @@ class Reference:
 
 
 def table(project: Project, name: str) -> list[tuple[Any, ...]]:
-    data = project.query(f"SELECT id, ts, w FROM {name}").to_pylist()
-    return sorted((r["id"], r["ts"], r["w"]) for r in data)
+    columns = COLUMNS.get(name.split(".")[1], "id, ts, w")
+    return sorted(tuple(r.values()) for r in project.query(f"SELECT {columns} FROM {name}").to_pylist())
 
 
 row = st.tuples(st.integers(0, DAYS - 1), st.integers(0, 23), st.integers(-50, 50))
 
 
+# one rich history besides the random ones: keys k of the merges held by several days of every batch
+RICH = {"first": [(i % DAYS, (i * 5) % 24, i - 12) for i in range(25)], "late": [(2, 10, 7), (5, 0, -3), (6, 15, 1)],
+        "drop": {3, 7}, "batch": 3, "span": (1, 5)}
+
+
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(**RICH)
 @given(first=st.lists(row, max_size=25), late=st.lists(row, max_size=8), drop=st.sets(st.integers(0, 24)),
        batch=st.integers(2, 6), span=st.tuples(st.integers(0, DAYS - 1), st.integers(0, DAYS - 1)))
 def test_range_backfill_equals_per_partition_backfills(tmp_path_factory: pytest.TempPathFactory,
@@ -288,6 +494,7 @@ def test_range_backfill_equals_per_partition_backfills(tmp_path_factory: pytest.
     rows = [(i, DAY0 + timedelta(days=d, hours=h), v) for i, (d, h, v) in enumerate(first)]
     project, ref = Project(root), Reference()
     write_seed(root, rows)
+    write_seed(root, keyed(rows), "keyed")
     assert project.seed().ok
     report = project.backfill(start=day(0), end=day(DAYS - 1))
     assert report.ok, [r.error for r in report.results if r.error]
@@ -301,6 +508,7 @@ def test_range_backfill_equals_per_partition_backfills(tmp_path_factory: pytest.
     changed = [(i, ts, v + 1 if i % 3 == 0 else v) for i, ts, v in rows if i not in drop]
     changed += [(1000 + j, DAY0 + timedelta(days=d, hours=h), v) for j, (d, h, v) in enumerate(late)]
     write_seed(root, changed)
+    write_seed(root, keyed(changed), "keyed")
     assert project.seed().ok
     lo, hi = sorted(span)
     report = project.backfill(start=day(lo), end=day(hi), reappend=True)
@@ -402,3 +610,42 @@ def test_non_separable_model_runs_per_partition(tmp_path: Path) -> None:
     # one group commit (docs/running.md, "Group commit and --atomic")
     assert len({r.group for r in report.results}) == 1 and all(r.group for r in report.results)
     assert sorted(r.partition for r in report.results) == [day(d) for d in range(4)]
+
+
+def test_merge_without_partition_key_duplicate_in_one_partition_fails_the_batch(tmp_path: Path) -> None:
+    """unique_key id without the partition key, dedupe=error: an id on several days is merged as day after
+    day would (its latest day's row); an id twice in one day fails that day per partition and the whole
+    batch in a range, which then writes nothing. The batch's counts: each key once."""
+    body = "-- unique_key id\n" + f"SELECT id, ts, v * 10 + 1 AS w FROM raw.events {WINDOW}\n"
+    write_models(tmp_path, {"r/mk.sql": HEAD.format(extra=" batch=3") + body,
+                            "p/mk.sql": HEAD.format(extra=" batch=1") + body})
+    spread = [(1, 0, 5), (1, 1, 6), (1, 2, 7), (3, 0, 1), (3, 2, 2), (2, 1, 8)]  # (id, day, v)
+    rows = [(i, DAY0 + timedelta(days=d, hours=n), v) for n, (i, d, v) in enumerate(spread)]
+    write_seed(tmp_path, [*rows, (2, DAY0 + timedelta(days=1, hours=20), 9)])  # id 2 twice on day 1
+    project = Project(tmp_path)
+    assert project.seed().ok
+    report = project.backfill(start=day(0), end=day(2))
+    status = {(r.target, r.partition): r.status for r in report.results}
+    assert [status[("r.mk", day(d))] for d in range(3)] == ["failed"] * 3
+    assert [status[("p.mk", day(d))] for d in range(3)] == ["success", "failed", "success"]
+    failed = next(r for r in report.results if r.target == "r.mk" and r.error)
+    assert "unique_key (id) values occur more than once in one partition, e.g. (2)" in failed.error
+    states = project.query("SELECT target FROM lakewrap.materializations WHERE target LIKE '_.mk'").to_pylist()
+    assert sorted(s["target"] for s in states) == ["p.mk", "p.mk"]
+    assert project.query("SELECT count(*) AS n FROM information_schema.tables WHERE table_schema = 'r'"
+                         ).to_pylist() == [{"n": 0}]  # the batch wrote nothing, not even its table
+    write_seed(tmp_path, rows)
+    assert project.seed().ok
+    for rerun in (False, True):
+        report = project.backfill(start=day(0), end=day(2), reappend=rerun)
+        assert report.ok, [r.error for r in report.results if r.error]
+        expected = [(1, DAY0 + timedelta(days=2, hours=2), 71), (2, DAY0 + timedelta(days=1, hours=5), 81),
+                    (3, DAY0 + timedelta(days=2, hours=4), 21)]
+        assert table(project, "r.mk") == table(project, "p.mk") == expected
+        batch = next(r for r in report.results if r.target == "r.mk" and r.partition == day(0))
+        per = [r for r in report.results if r.target == "p.mk"]
+        assert batch.batch == [day(0), day(1), day(2)]
+        # the batch counts each key once: new keys inserted, existing keys updated; per partition each
+        # day's rows count (p.mk kept days 0 and 2 of the failed run: only id 2 is new)
+        assert (batch.rows_inserted, batch.rows_updated) == ((0, 3) if rerun else (3, 0))
+        assert (sum(r.rows_inserted for r in per), sum(r.rows_updated for r in per)) == ((0, 6) if rerun else (1, 5))
