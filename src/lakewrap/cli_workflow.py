@@ -6,7 +6,6 @@ Registered on the ``lakewrap`` group by :func:`register` (called at the end of `
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
