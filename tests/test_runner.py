@@ -167,8 +167,9 @@ def test_a_parallel_run_equals_the_expected_tables(tmp_path: Path) -> None:
         up, down = ("sales.orders", day), ("sales.daily_revenue", day)
         assert snap[up] < snap[down] or (  # type: ignore[operator]
             snap[up] == snap[down] and group[up] is not None and group[up] == group[down])
-    # one snapshot per commit: a step alone, or a group commit (its members share one)
-    assert len(set(snap.values())) == len({r.group or (r.target, r.partition) for r in report.results})
+    # one snapshot per commit: a step alone, a group commit or a range batch (their members share one)
+    assert len(set(snap.values())) == len({r.group or (r.target, tuple(r.batch) or r.partition)
+                                           for r in report.results})
 
 
 def _now() -> Any:
@@ -229,7 +230,7 @@ def test_writers_to_one_table_are_serialized_and_downstream_of_a_failure_is_skip
     root = tmp_path / "project"
     rec = Recorder(0.05)
     rec.fail = set()
-    report = run_project(root, start=DAYS[0], end=DAYS[-1], now=_now(), workers=3, executor=rec)
+    report = run_project(root, start=DAYS[0], end=DAYS[-1], now=_now(), workers=3, executor=rec, batch_size=1)
     assert report.ok
     for target in ("sales.orders", "sales.daily_revenue"):
         mine = sorted((s, e, p) for t, p, s, e in rec.spans if t == target)
@@ -243,7 +244,8 @@ def test_writers_to_one_table_are_serialized_and_downstream_of_a_failure_is_skip
                 result.status, result.error = "failed", "boom"
             return result
 
-    report = run_project(root, start=DAYS[0], end=DAYS[-1], now=_now(), workers=3, executor=FailOneDay(0.01))
+    report = run_project(root, start=DAYS[0], end=DAYS[-1], now=_now(), workers=3, executor=FailOneDay(0.01),
+                         batch_size=1)
     status = {(r.target, r.partition): r.status for r in report.results}
     assert status[("sales.orders", DAYS[1])] == "failed"
     assert status[("sales.daily_revenue", DAYS[1])] == "skipped"
