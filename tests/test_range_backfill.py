@@ -645,6 +645,8 @@ def test_merge_without_partition_key_duplicate_in_one_partition_fails_the_batch(
         batch = next(r for r in report.results if r.target == "r.mk" and r.partition == day(0))
         per = [r for r in report.results if r.target == "p.mk"]
         assert batch.batch == [day(0), day(1), day(2)]
+        members = [r for r in report.results if r.target == "r.mk" and r.partition != day(0)]
+        assert batch.seconds > 0 and [(r.seconds, r.rows_inserted) for r in members] == [(0.0, 0), (0.0, 0)]
         # the batch counts each key once: new keys inserted, existing keys updated; per partition each
         # day's rows count (p.mk kept days 0 and 2 of the failed run: only id 2 is new)
         assert (batch.rows_inserted, batch.rows_updated) == ((0, 3) if rerun else (3, 0))

@@ -89,9 +89,10 @@ def _merge(run: list[Any]) -> None:
 
 
 def member_result(result: Result, partition: str, batch: Sequence[str]) -> Result:
-    """The result a member of a batch records: the leader's outcome, no rows of its own (the batch's
-    row counts are the leader's)."""
+    """The result a member of a batch records: the leader's outcome, no rows and no seconds of its
+    own (the batch's row counts and time are the leader's)."""
     return dataclasses.replace(result, partition=partition, rows_inserted=0, rows_updated=0, rows_deleted=0,
+                               seconds=0.0,
                                warnings=[], tests=[], attempt_errors=[], log_lines=[], hooks=[],
                                schema_changes=[], batch=list(batch))
 
