@@ -11,8 +11,7 @@ planned there (after they wrote), and carries the positions of those upstreams i
 with it. A group holds at most :data:`GROUP_SIZE` steps; the substrate commits what it has
 written after :data:`GROUP_SECONDS` of writing and goes on in a new transaction. A Python model
 or a model with hooks is never grouped: its function or its ``pre_run``/``post_run`` scripts run
-around its own commit. ``--atomic`` is one group of every
-step of the run, in DAG order, unbounded.
+around its own commit. ``--atomic`` is one group of every step of the run, in DAG order, unbounded.
 """
 
 from __future__ import annotations
@@ -105,25 +104,25 @@ def _take_downstream(sched: Scheduler, groups: list[list[Step]], size: int) -> N
     """Extend ``groups[0]`` with pending steps (in DAG order) whose every upstream step has
     committed or is in it, up to ``size`` (in place)."""
     first = groups[0]
-    inside = {s.index for g in groups for s in g}
     mine = {s.index for s in first}
-    targets = {s.task.target for g in groups[1:] for s in g}
+    # a table whose next pending step is not taken takes no later one (its partitions commit in
+    # order), nor does a table another group in flight writes
+    stopped = {s.task.target for g in groups[1:] for s in g}
     committed = ("success", "unchanged", "done")
-    for step in sched.steps:
+    for step in sched.steps:  # in DAG order, each table's partitions in order: one pass
         if len(first) >= size:
             break
-        if step.status != "pending" or step.index in inside:
+        if step.status != "pending" or step.index in mine:
             continue
         target = step.task.target
-        if sched.busy[target] or target in targets or not sched.groupable(step):
+        if target in stopped:
             continue
-        earlier = [i for i in sched.order[target] if i < step.index]
-        if any(sched.steps[i].status == "pending" and i not in mine for i in earlier):
-            continue  # one table's partitions commit in order
-        if all(sched.steps[d].status in committed or d in mine for d in step.deps):
+        if (not sched.busy[target] and sched.groupable(step)
+                and all(sched.steps[d].status in committed or d in mine for d in step.deps)):
             first.append(step)
             mine.add(step.index)
-            inside.add(step.index)
+        else:
+            stopped.add(target)
 
 
 def after(group: list[Step]) -> list[tuple[int, ...]]:
