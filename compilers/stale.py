@@ -197,7 +197,7 @@ def touched_partitions(alias: str, schema: str, name: str, window: WindowFilter 
     satisfies (inserted, deleted, and both images of an updated row); otherwise any change after
     the pin touches the partition. ``$since`` is the oldest pin of the model's partitions.
     """
-    # ``$own``: the snapshot the materializations committed in, whose changes they read (Latest.floor; -1: none)
+    # ``$own``: the snapshot the materializations committed in, whose changes they read (Latest.own; -1: none)
     on: exp.Expr = exp.and_(exp.GT(this=q.col("snapshot_id", CHANGES), expression=q.col("pin", LATEST)),
                             exp.NEQ(this=q.col("snapshot_id", CHANGES), expression=q.param("own")))
     changes = exp.Subquery(this=effective_changes(alias, schema, name), alias=exp.TableAlias(this=q.ident(CHANGES)))
