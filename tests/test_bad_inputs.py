@@ -158,7 +158,8 @@ CASES = [
     Case("type-drift-is-refused-by-on-schema-change", RUN_DI, 1,
          [DI, "column `orders` is BIGINT in the table but the SELECT returns VARCHAR", "on_schema_change"],
          edit(DI, "count(*) AS orders", "'many' AS orders")),
-    Case("duplicate-keys", RUN_MG, 1, [MG, "1 unique_key (order_id) values occur more than once, e.g. (1)"],
+    Case("duplicate-keys", RUN_MG, 1,  # its unique_key lacks the partition key: refused within one partition
+         [MG, "1 unique_key (order_id) values occur more than once in one partition, e.g. (1)"],
          edit(MG, " dedupe=latest_by(updated_at)", "")),
     Case("null-keys", RUN_MG, 1, [MG, "1 rows have a NULL unique_key (order_id)"],
          edit(MG, "SELECT order_id,", "SELECT CASE WHEN order_id = 2 THEN NULL ELSE order_id END AS order_id,")),

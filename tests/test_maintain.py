@@ -94,10 +94,11 @@ def time_travel(root: Path) -> dict[tuple[str, str, int], int]:
     try:
         out: dict[tuple[str, str, int], int] = {}
         records = con.execute("SELECT run_id, partition_value, pins FROM lakewrap.materializations").fetchall()
-        owns = {entry["run_id"] + (entry["partition"] or ""): sid
+        owns = {entry["run_id"] + (part or ""): sid
                 for sid, extra in con.execute("SELECT snapshot_id, commit_extra_info FROM lake.snapshots() "
                                               "WHERE commit_extra_info IS NOT NULL").fetchall()
-                for entry in json.loads(extra).get("members", [json.loads(extra)])}  # a group: its members
+                for entry in json.loads(extra).get("members", [json.loads(extra)])  # a group: its members
+                for part in entry.get("batch") or [entry.get("partition")]}  # a range batch: its partitions
         for run_id, partition, pins in records:
             for label, snap in (("pin", json.loads(pins)["snapshot"]), ("own", owns[run_id + partition])):
                 for table in ("raw.events", "sales.ev", "sales.ev_m"):
