@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lakewrap.compile import _Cache, load_project, plan_for
+from lakewrap.compile import load_project, plan_for
+from lakewrap.compilecache import _Cache
 from lakewrap.errors import LakewrapError
 from lakewrap.execute.checks import TestOutcome, run_test
 from lakewrap.plan import Param

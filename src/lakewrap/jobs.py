@@ -123,7 +123,8 @@ class JobQueue:
 
     def _check(self, selection: Sequence[str], partition: str | None, start: str | None, end: str | None) -> None:
         """What ``lakewrap run`` refuses before anything runs: selection, partitions, grains."""
-        from lakewrap.compile import _Cache, load_project
+        from lakewrap.compile import load_project
+        from lakewrap.compilecache import _Cache
         from lakewrap.runsteps import check_grains
         from lakewrap.steps import plan_partitions, refuse_empty
 

@@ -134,7 +134,8 @@ def model_node(spec: ModelSpec) -> Node:
 
 def load(root: Path) -> Project:
     """The project's models (parsed, or from the compile cache as ``compile`` reads them)."""
-    from lakewrap.compile import _Cache, load_project
+    from lakewrap.compile import load_project
+    from lakewrap.compilecache import _Cache
     from lakewrap.project import require_project
 
     root = require_project(Path(root))

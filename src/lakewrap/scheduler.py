@@ -42,7 +42,8 @@ from typing import Any
 
 from lakewrap import tracing
 from lakewrap.batches import batch_steps, member_result
-from lakewrap.compile import _Cache, compile_plan, files_digest, load_project
+from lakewrap.compile import compile_plan, files_digest, load_project
+from lakewrap.compilecache import _Cache
 from lakewrap.config import load_config
 from lakewrap.contracts_graph import catalog_of, check_run
 from lakewrap.errors import PlanError, StateError, UnsupportedError

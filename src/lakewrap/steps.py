@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap import __version__, hooks
-from lakewrap.compile import _Cache, compile_plan
+from lakewrap.compile import compile_plan
+from lakewrap.compilecache import _Cache
 from lakewrap.errors import PlanError, SelectionError
 from lakewrap.execute.executor import Result
 from lakewrap.execute.locate import located, remember
