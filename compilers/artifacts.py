@@ -191,9 +191,20 @@ class CompiledPlan(Frozen):
         return h.hexdigest()
 
 
+class PlannedCommit(Frozen):
+    """One commit a run of the compiled plans would make (``lakewrap.commitplan``): the plans it
+    writes, as positions in ``CompileOutput.plans``; ``alone``, why it holds one plan only when group
+    commit is on (a Python model, hooks, a range batch) or off (the substrate, the config)."""
+
+    plans: tuple[int, ...]
+    alone: str | None = None
+
+
 class CompileOutput(Frozen):
     """The top-level JSON document of ``lakewrap compile --format json``."""
 
     schema_version: int = SCHEMA_VERSION
     lakewrap_version: str
     plans: tuple[CompiledPlan, ...]
+    # the commits a run of the plans makes, in order (compile only: ``compile --as-of`` has none)
+    commits: tuple[PlannedCommit, ...] = ()

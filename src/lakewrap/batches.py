@@ -24,6 +24,7 @@ from lakewrap.partitions import Grain, parse_partition
 from lakewrap.spec import ModelSpec, TimePartitioning
 
 if TYPE_CHECKING:
+    from lakewrap.compile import Compiled
     from lakewrap.execute.executor import Result
 
 BATCHED = "batched"  # a member step's status until its leader finishes
@@ -107,9 +108,18 @@ def compile_range(root: Any, selectors: Sequence[str] = (), *, exclude: Sequence
     """What ``lakewrap compile --start/--end`` prints: per selected model in dependency order, one
     compiled plan per batch of a separable model (its ``window.partitions`` the batch's partitions)
     and one per partition of any other; an unpartitioned model's one plan."""
+    return compile_range_selection(root, selectors, exclude=exclude, start=start, end=end, batch_size=batch_size,
+                                   now=now, use_cache=use_cache).plans
+
+
+def compile_range_selection(root: Any, selectors: Sequence[str] = (), *, exclude: Sequence[str] = (), start: str,
+                            end: str, batch_size: int | None = None, now: Any = None,
+                            use_cache: bool = True) -> Compiled:
+    """:func:`compile_range`, with the project and the model of each plan (a ``lakewrap.compile.Compiled``)."""
     from datetime import datetime, timezone
 
-    from lakewrap.compile import _Cache, compile_plan, load_project, plan_for
+    from lakewrap.compile import Compiled, compile_plan, load_project, plan_for
+    from lakewrap.compilecache import _Cache
     from lakewrap.config import load_config
     from lakewrap.plan import widen
     from lakewrap.project import require_project
@@ -124,17 +134,19 @@ def compile_range(root: Any, selectors: Sequence[str] = (), *, exclude: Sequence
     project = load_project(root, cache)
     selected = project.select(selectors, exclude)
     refuse_empty(selected, selectors, exclude)
-    out = []
+    out, owners = [], []
     for spec, values in zip(selected, plan_partitions(selected, None, start, end), strict=True):
         first = compile_plan(plan_for(spec, substrate, values[0], now, root), cache)
         part = spec.partition
         limit = (batch_size or part.batch) if isinstance(part, TimePartitioning) else 1
         if first.separable is None or not first.separable.proven or limit < 2:
-            out.append(first)
-            out += [compile_plan(plan_for(spec, substrate, v, now, root), cache) for v in values[1:]]
-            continue
-        for chunk in chunks([v for v in values if v is not None], limit):
-            plan = plan_for(spec, substrate, chunk[0], now, root)
-            out.append(compile_plan(widen(plan, chunk) if len(chunk) > 1 else plan, cache))
+            plans = [first] + [compile_plan(plan_for(spec, substrate, v, now, root), cache) for v in values[1:]]
+        else:
+            plans = []
+            for chunk in chunks([v for v in values if v is not None], limit):
+                plan = plan_for(spec, substrate, chunk[0], now, root)
+                plans.append(compile_plan(widen(plan, chunk) if len(chunk) > 1 else plan, cache))
+        out += plans
+        owners += [spec] * len(plans)
     cache.save()
-    return out
+    return Compiled(project, substrate, tuple(owners), out)

@@ -91,13 +91,12 @@ def compile_cmd(
     path:models/x. Without selectors, every model. Partitioned models without --partition compile for
     their latest complete partition.
     """
-    from lakewrap.compile import compile_project
-    from lakewrap.output import plans_json, plans_sql
+    from lakewrap.compile import compile_selection
     from lakewrap.project import require_project
 
     require_project(project)
     if start is not None or end is not None:  # a range: the batches a run would write (lakewrap.batches)
-        from lakewrap.batches import compile_range
+        from lakewrap.batches import compile_range_selection
         from lakewrap.errors import PlanError
 
         if as_of is not None or partition is not None:
@@ -105,9 +104,9 @@ def compile_cmd(
                             hint="compile one partition with --partition, or a range with --start/--end")
         if start is None or end is None:
             raise PlanError("give both --start and --end", hint="e.g. --start 2024-01-01 --end 2024-01-31")
-        plans = compile_range(project, selectors, exclude=exclude, start=start, end=end, batch_size=batch_size,
-                              now=logical_time(now), use_cache=not no_cache)
-        _write(plans_json(plans) if fmt == "json" else plans_sql(plans, batches=True))
+        compiled = compile_range_selection(project, selectors, exclude=exclude, start=start, end=end,
+                                           batch_size=batch_size, now=logical_time(now), use_cache=not no_cache)
+        _write_compiled(project, compiled, fmt, batches=True)
         return
     if as_of is not None:  # reads the lake (lakewrap.provenance); plain compile never does
         from lakewrap.cli_provenance import emit_as_of
@@ -116,11 +115,20 @@ def compile_cmd(
         emit_as_of(*compile_as_of(project, selectors, as_of=as_of, partition=partition, exclude=exclude,
                                   now=logical_time(now), use_cache=not no_cache), fmt, as_of)
         return
-    plans = compile_project(
+    compiled = compile_selection(
         project, selectors, exclude=exclude, partition=partition, now=logical_time(now), use_cache=not no_cache
     )
-    out = plans_json(plans) if fmt == "json" else plans_sql(plans)
-    _write(out)
+    _write_compiled(project, compiled, fmt, batches=False)
+
+
+def _write_compiled(root: Path, compiled: Any, fmt: str, *, batches: bool) -> None:
+    """The plans, each with the commit of the run that writes it (lakewrap.commitplan)."""
+    from lakewrap.commitplan import of_compiled
+    from lakewrap.output import plans_json, plans_sql
+
+    commits = of_compiled(root, compiled)
+    _write(plans_json(compiled.plans, commits) if fmt == "json"
+           else plans_sql(compiled.plans, batches=batches, commits=commits))
 
 
 def _emit_run(report: Any, fmt: str) -> None:

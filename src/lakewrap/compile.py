@@ -340,6 +340,17 @@ def _from_template(template: Template, plan: Plan) -> CompiledPlan:
     return CompiledPlan.decode({**template, "statements": statements, "commits": commits, "window": _window(plan)})
 
 
+@dataclass(frozen=True)
+class Compiled:
+    """What ``lakewrap compile`` prints: the plans, each selected model's (``owners[i]`` the model of
+    ``plans[i]``), of ``project`` on ``substrate``."""
+
+    project: Project
+    substrate: Substrate
+    owners: tuple[ModelSpec, ...]
+    plans: list[CompiledPlan]
+
+
 def compile_project(
     root: Path,
     selectors: Sequence[str] = (),
@@ -363,6 +374,22 @@ def compile_project(
         >>> plans = compile_project(Path("examples/shop"), ["orders"], partition="2024-01-02")  # doctest: +SKIP
         >>> print(plans[0].statements[-2].sql)  # doctest: +SKIP
     """
+    return compile_selection(root, selectors, exclude=exclude, partition=partition, substrate=substrate, now=now,
+                             use_cache=use_cache, jobs=jobs).plans
+
+
+def compile_selection(
+    root: Path,
+    selectors: Sequence[str] = (),
+    *,
+    exclude: Sequence[str] = (),
+    partition: str | None = None,
+    substrate: Substrate | None = None,
+    now: datetime | None = None,
+    use_cache: bool = True,
+    jobs: int | None = None,
+) -> Compiled:
+    """:func:`compile_project`, with the project and the model of each plan."""
     root = require_project(root)  # a folder that is not a project gets no target/
     now = now or datetime.now(timezone.utc)
     if substrate is None:
@@ -388,7 +415,7 @@ def compile_project(
 
                 raise compile_error(spec, exc) from None
     cache.save()
-    return out
+    return Compiled(project, substrate, tuple(selected), out)
 
 
 def _check_contracts(root: Path, project: Project, selected: list[ModelSpec], cache: _Cache, substrate: Substrate,

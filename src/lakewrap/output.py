@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lakewrap import __version__
-from lakewrap.compilers.artifacts import CompiledPlan, CompileOutput
+from lakewrap.compilers.artifacts import CompiledPlan, CompileOutput, PlannedCommit
 from lakewrap.plan import Param
 
 if TYPE_CHECKING:
@@ -27,9 +27,10 @@ def _param(name: str, p: Param) -> str:
     return f"${name} = {p.type} '{quoted}'"
 
 
-def plan_sql(plan: CompiledPlan, *, batches: bool = False) -> str:
+def plan_sql(plan: CompiledPlan, *, batches: bool = False, commit: str | None = None) -> str:
     """One plan as SQL: a header comment, then ``BEGIN``, each statement with its parameters, ``COMMIT``.
-    ``batches`` (``compile --start/--end``): the header says whether a range backfill batches it, and why."""
+    ``batches`` (``compile --start/--end``): the header says whether a range backfill batches it, and why;
+    ``commit``: which commit of the run writes it (:mod:`lakewrap.commitplan`)."""
     lines = [RULE, f"-- model:      {plan.path}", f"-- target:     {plan.target}",
              f"-- strategy:   {plan.strategy} (substrate {plan.substrate}, write path {plan.write_path})"]
     if plan.window is not None:
@@ -49,6 +50,8 @@ def plan_sql(plan: CompiledPlan, *, batches: bool = False) -> str:
         sep = plan.separable
         lines.append(f"-- batches:    yes, batch={sep.batch} unless --batch-size ({sep.reason})" if sep.proven
                      else f"-- batches:    NO, per partition ({sep.reason})")
+    if commit is not None:
+        lines.append(f"-- commit:     {commit}")
     lines += [f"-- sql_sha256: {plan.sql_sha256}", RULE]
     # e.g. Iceberg through DuckDB SQL: the leading setup statements (namespaces, the state table) run
     # before BEGIN, since a table cannot be created in a namespace created in the same transaction.
@@ -91,8 +94,17 @@ def transcript_of(plan: CompiledPlan) -> Transcript:
     return of_plan(plan.substrate, plan.write_path).transcript
 
 
-def plans_sql(plans: Sequence[CompiledPlan], *, batches: bool = False) -> str:
-    return "\n".join(plan_sql(p, batches=batches) for p in plans)
+def plans_sql(plans: Sequence[CompiledPlan], *, batches: bool = False,
+              commits: Sequence[PlannedCommit] = ()) -> str:
+    """The plans in order; with ``commits`` (:mod:`lakewrap.commitplan`), each header says which
+    commit of the run writes it, and a footer sums them up."""
+    if len(plans) < 2:  # one plan is one commit
+        return "\n".join(plan_sql(p, batches=batches) for p in plans)
+    from lakewrap.commitplan import footer, header_lines
+
+    heads = header_lines(commits, len(plans))
+    return "\n".join(plan_sql(p, batches=batches, commit=heads[i]) for i, p in enumerate(plans)) + \
+        "\n" + footer(plans, commits)
 
 
 def as_of_sql(plans: Sequence[CompiledPlan], ref: RunOrSnapshot) -> str:
@@ -107,5 +119,6 @@ def as_of_sql(plans: Sequence[CompiledPlan], ref: RunOrSnapshot) -> str:
     return head + plans_sql(plans)
 
 
-def plans_json(plans: Sequence[CompiledPlan]) -> str:
-    return CompileOutput(lakewrap_version=__version__, plans=tuple(plans)).dump_json(indent=2) + "\n"
+def plans_json(plans: Sequence[CompiledPlan], commits: Sequence[PlannedCommit] = ()) -> str:
+    return CompileOutput(lakewrap_version=__version__, plans=tuple(plans),
+                         commits=tuple(commits)).dump_json(indent=2) + "\n"
