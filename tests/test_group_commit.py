@@ -10,14 +10,15 @@ plain DuckDB (in memory) running the same SELECTs on the same CSV rows.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from lakeproject import cli, open_lake
 from lakewrap.provenance import explain, reproduce
@@ -33,7 +34,11 @@ DAILY = ("-- materialized incremental\n-- partitioned daily key=day start=2024-0
          "SELECT day, id, v + 1 AS v1 FROM raw.events WHERE day >= $partition_start AND day < $partition_end\n")
 
 
-def project(root: Path, tables: dict[str, str] | None = None, extra: dict[str, str] | None = None) -> Path:
+def project(root: Path, tables: dict[str, str] | None = None, extra: dict[str, str] | None = None,
+            toml: str | None = None) -> Path:
+    if toml is not None:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "lakewrap.toml").write_text(toml)
     for target, sql in (tables or TABLES).items():
         schema, name = target.split(".")
         path = root / "models" / schema / f"{name}.sql"
@@ -53,13 +58,14 @@ def reference(sql: str) -> list[tuple[Any, ...]]:
     """``sql`` on the seed's rows in a plain in-memory DuckDB (no lake, no lakewrap)."""
     con = duckdb.connect()
     con.execute("CREATE SCHEMA raw")
-    con.execute("CREATE TABLE raw.events AS SELECT * FROM read_csv($p, header = true)",
-                {"p": str(_csv())})
+    with tempfile.TemporaryDirectory() as tmp:
+        con.execute("CREATE TABLE raw.events AS SELECT * FROM read_csv($p, header = true)",
+                    {"p": str(_csv(Path(tmp)))})
     return sorted(tuple(r) for r in con.execute(sql).fetchall())
 
 
-def _csv() -> Path:
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"lakewrap-group-events-{os.getpid()}.csv"
+def _csv(folder: Path) -> Path:
+    path = folder / "events.csv"
     path.write_text(EVENTS)
     return path
 
@@ -121,12 +127,21 @@ def test_independent_models_share_one_snapshot_and_each_keeps_its_records(tmp_pa
         assert table(root, target) == reference(sql)
 
 
-def test_a_failing_member_is_rolled_back_and_the_others_land_once(tmp_path: Path) -> None:
+# the process executor runs a group in one worker process, on its own connection (a catalog several
+# processes open: SQLite here)
+EXECUTORS = [pytest.param("thread", None, id="thread"),
+             pytest.param("process", '[lake]\ncatalog = "sqlite"\n', id="process-sqlite")]
+
+
+@pytest.mark.parametrize(("executor", "toml"), EXECUTORS)
+def test_a_failing_member_is_rolled_back_and_the_others_land_once(tmp_path: Path, executor: str,
+                                                                  toml: str | None) -> None:
     tables = dict(TABLES)
     tables["m.t3"] = "SELECT id, no_such_column FROM raw.events"
-    root = project(tmp_path / "p", tables)
+    root = project(tmp_path / "p", tables, toml=toml)
     before = snapshots(root)
-    report = run_project(root, now=_now())
+    report = run_project(root, now=_now(), executor=executor)
+    assert {r.group for r in report.results if r.target != "m.t3"} - {None}  # they committed as a group
     assert report.status == "failed"
     by = {r.target: r for r in report.results}
     assert by["m.t3"].status == "failed" and "no_such_column" in (by["m.t3"].error or "")
@@ -140,9 +155,11 @@ def test_a_failing_member_is_rolled_back_and_the_others_land_once(tmp_path: Path
         assert records(root, t) == [(report.run_id, None)]
     assert records(root, "m.t3") == []
     assert rows(root, "SELECT count(*) FROM information_schema.tables WHERE table_name = 't3'") == [(0,)]
-    steps = rows(root, "SELECT target, status FROM __ducklake_metadata_lake.lakewrap_steps WHERE run_id = $r",
+    steps = rows(root, "SELECT target, status FROM lakewrap_steps WHERE run_id = $r",
                  {"r": report.run_id})
     assert dict(steps)["m.t3"] == "failed" and sum(s == "success" for _, s in steps) == 4
+    assert rows(root, "SELECT executor FROM lakewrap_runs WHERE run_id = $r",
+                {"r": report.run_id}) == [(executor,)]
 
 
 # A chain over two levels beside an independent model: m.a -> m.b -> m.c, m.d
@@ -152,10 +169,12 @@ CHAIN_REF = {"m.a": "SELECT id, v FROM raw.events", "m.b": "SELECT id, v * 2 AS 
              "m.c": "SELECT id, v * 2 + 1 AS x FROM raw.events", "m.d": CHAIN["m.d"]}
 
 
-def test_downstream_levels_join_the_group_and_read_their_upstreams_in_the_transaction(tmp_path: Path) -> None:
-    root = project(tmp_path / "p", CHAIN)
+@pytest.mark.parametrize(("executor", "toml"), EXECUTORS)
+def test_downstream_levels_join_the_group_and_read_their_upstreams_in_the_transaction(
+        tmp_path: Path, executor: str, toml: str | None) -> None:
+    root = project(tmp_path / "p", CHAIN, toml=toml)
     before = snapshots(root)
-    report = run_project(root, now=_now())
+    report = run_project(root, now=_now(), executor=executor)
     assert report.status == "success"
     by = {r.target: r for r in report.results}
     assert len({r.snapshot_id for r in report.results}) == 1 and snapshots(root) == before + 1  # one commit
@@ -223,7 +242,7 @@ def test_consecutive_partitions_share_a_commit_and_skips_work_per_partition(tmp_
     stale = run_project(root, ["d.daily"], stale=True, now=_now())
     assert [(r.partition, r.status) for r in stale.results] == [("2024-01-02", "success")]
     con = duckdb.connect()
-    con.execute("CREATE TABLE e AS SELECT * FROM read_csv($p, header = true)", {"p": str(_csv())})
+    con.execute("CREATE TABLE e AS SELECT * FROM read_csv($p, header = true)", {"p": str(_csv(tmp_path))})
     expected = sorted(tuple(r) for r in con.execute(
         "SELECT day, id, CASE WHEN id = 21 THEN 201 ELSE v + 1 END FROM e").fetchall())
     assert table(root, "d.daily") == expected
@@ -235,11 +254,12 @@ def test_consecutive_partitions_share_a_commit_and_skips_work_per_partition(tmp_
 # --- 2. --atomic ----------------------------------------------------------------------------------
 
 
-def test_atomic_publishes_nothing_when_the_last_model_fails(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("executor", "toml"), EXECUTORS)
+def test_atomic_publishes_nothing_when_the_last_model_fails(tmp_path: Path, executor: str, toml: str | None) -> None:
     chain = {"m.a": "SELECT id, v FROM raw.events", "m.b": "SELECT id, v * 2 AS v2 FROM m.a",
              "m.c": "SELECT id, v2 + 1 AS v3 FROM m.b"}
-    root = project(tmp_path / "p", chain)
-    first = run_project(root, now=_now(), atomic=True)
+    root = project(tmp_path / "p", chain, toml=toml)
+    first = run_project(root, now=_now(), atomic=True, executor=executor)
     assert first.status == "success" and len({r.snapshot_id for r in first.results}) == 1
     assert table(root, "m.c") == reference("SELECT id, v * 2 + 1 FROM raw.events")
     mat = next(m for m in explain(root, first.run_id) if m.target == "m.c")
@@ -249,7 +269,8 @@ def test_atomic_publishes_nothing_when_the_last_model_fails(tmp_path: Path) -> N
     snap = snapshots(root)
     (root / "models" / "m" / "a.sql").write_text("-- materialized table\nSELECT id, v + 100 AS v FROM raw.events\n")
     (root / "models" / "m" / "c.sql").write_text("-- materialized table\nSELECT id, v2 / 'x' AS v3 FROM m.b\n")
-    code, out, err = cli("run", "--atomic", "--format", "json", "--now", NOW, "--project", str(root))
+    code, out, err = cli("run", "--atomic", "--executor", executor, "--format", "json", "--now", NOW,
+                         "--project", str(root))
     assert code == 1, err
     doc = json.loads(out)
     by = {r["target"]: r for r in doc["results"]}
@@ -258,9 +279,8 @@ def test_atomic_publishes_nothing_when_the_last_model_fails(tmp_path: Path) -> N
     assert "not published: the --atomic run failed at m.c" in by["m.a"]["error"]
     assert snapshots(root) == snap  # no new snapshot
     assert {t: table(root, t) for t in chain} == before  # no table changed
-    run = rows(root, "SELECT status FROM __ducklake_metadata_lake.lakewrap_runs WHERE run_id = $r",
-               {"r": doc["run_id"]})
-    assert run == [("failed",)]
+    run = rows(root, "SELECT status, executor FROM lakewrap_runs WHERE run_id = $r", {"r": doc["run_id"]})
+    assert run == [("failed", executor)]
 
 
 # --- 3. kill -9 inside a group commit ----------------------------------------------------------------
@@ -292,8 +312,12 @@ print("done", report.status, flush=True)
 
 
 def test_kill_9_inside_a_group_commit_leaves_all_old_or_all_new_and_resume_completes(tmp_path: Path) -> None:
-    old = {t: f"SELECT id, v * {i} AS w FROM raw.events" for i, t in enumerate(TABLES, 1)}
-    new = {t: f"SELECT id, v * {i} + 1000 AS w FROM raw.events" for i, t in enumerate(TABLES, 1)}
+    # five independent tables and m.d1, a downstream member reading m.t1 inside the transaction
+    down = {"m.d1": "SELECT id, w + 1 AS w FROM m.t1"}
+    old = {t: f"SELECT id, v * {i} AS w FROM raw.events" for i, t in enumerate(TABLES, 1)} | down
+    new = {t: f"SELECT id, v * {i} + 1000 AS w FROM raw.events" for i, t in enumerate(TABLES, 1)} | down
+    expected = {"old": {**old, "m.d1": "SELECT id, v + 1 AS w FROM raw.events"},
+                "new": {**new, "m.d1": "SELECT id, v + 1001 AS w FROM raw.events"}}
     root = project(tmp_path / "p", old)
     assert run_project(root, now=_now()).status == "success"
     script = tmp_path / "child.py"
@@ -311,17 +335,17 @@ def test_kill_9_inside_a_group_commit_leaves_all_old_or_all_new_and_resume_compl
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == -signal.SIGKILL, (out, err)
         state = []
-        for t in TABLES:
+        for t in old:
             got = table(root, t)
-            state.append("new" if got == reference(new[t]) else "old" if got == reference(old[t]) else "mixed")
+            state.append(next((k for k, sql in expected.items() if got == reference(sql[t])), "mixed"))
         assert len(set(state)) == 1 and state[0] != "mixed", (trial, state)
         landed = records(root, "m.t1").count((run_id, None)) == 1
         assert landed == (state[0] == "new")  # the records are in the same commit as the data
         if not landed:
             done = resume(root, run_id)
             assert done.status == "success", [r.error for r in done.results]
-            assert [table(root, t) for t in TABLES] == [reference(new[t]) for t in TABLES]
-            assert all(records(root, t).count((run_id, None)) == 1 for t in TABLES)
+            assert [table(root, t) for t in old] == [reference(expected["new"][t]) for t in old]
+            assert all(records(root, t).count((run_id, None)) == 1 for t in old)
             project(root, old)  # back to the old models, for the next trial to rewrite
             assert run_project(root, now=_now()).status == "success"
             project(root, new)

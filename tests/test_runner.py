@@ -527,8 +527,10 @@ def test_resume_refuses_an_unknown_or_successful_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_process_executor_on_a_sqlite_catalog(tmp_path: Path) -> None:
     root = seeded(tmp_path / "project", toml='[lake]\ncatalog = "sqlite"\n')
-    report = run_project(root, start=DAYS[0], end=DAYS[-1], now=_now(), workers=2, executor="process")
+    # per partition (batch_size=1): consecutive partitions share a group commit in one worker process
+    report = run_project(root, start=DAYS[0], end=DAYS[-1], now=_now(), workers=2, executor="process", batch_size=1)
     assert report.ok, [r.error for r in report.results]
+    assert {r.group for r in report.results} - {None}
     expected = Expected.empty()
     expected.run(1, DAYS, _now())
     assert actual_tables(root) == expected.tables()
@@ -559,9 +561,11 @@ def test_dask_fan_out_on_postgres_and_s3_equals_a_serial_run(tmp_path: Path, pos
                 'url_style = "path"\nuse_ssl = false\n')
         roots[name] = seeded(tmp_path / name, toml=toml)
     started = time.perf_counter()
-    report = run_project(roots["dask"], start=DAYS[0], end=DAYS[-1], now=_now(), workers=2, executor="dask")
+    report = run_project(roots["dask"], start=DAYS[0], end=DAYS[-1], now=_now(), workers=2, executor="dask",
+                         batch_size=1)
     wall = time.perf_counter() - started
     assert report.ok, [r.error for r in report.results]
+    assert {r.group for r in report.results} - {None}  # consecutive partitions: a group as one Dask task
     serial = run_project(roots["serial"], start=DAYS[0], end=DAYS[-1], now=_now(), workers=1)
     assert serial.ok
     print(f"\ndask LocalCluster (2 workers): {len(report.results)} steps in {wall:.1f}s")

@@ -359,7 +359,7 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
                 "--atomic needs one transaction over several tables: "
                 + (f"the `{runner.kind}` executor commits each step in its own" if substrate.group_commit
                    else f"the `{substrate.name}` substrate commits each table on its own"),
-                hint="run --atomic on a DuckLake with the default (thread) executor (docs/running.md)")
+                hint="run --atomic on a DuckLake with the thread, process or dask executor (docs/running.md)")
         todo = [s for s in prep.steps if s.status in ("pending", "batched")]
         # a resumed run's counts cover every step of the run: those it committed before, too
         report.earlier = sum(s.status == "done" and s.reason == RESUMED for s in prep.steps)

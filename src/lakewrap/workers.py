@@ -336,11 +336,21 @@ def _worker_state(root: str) -> tuple[Any, Any]:
 
 def worker_task(task: Task) -> Result:
     """Run one task in a worker process (process pool or Dask): one connection per worker thread."""
-    lake, project = _worker_state(task.root)
+    return _in_worker(task.root, lambda con, lake, project: run_task(task, con, lake, project, _CANCEL))
+
+
+def worker_group(tasks: list[Task], group_id: str, atomic: bool, seconds: float) -> list[Result]:
+    """Run a group commit in a worker process (process pool or Dask): a result per task, in order."""
+    return _in_worker(tasks[0].root, lambda con, lake, project: run_group_task(
+        tasks, con, lake, project, _CANCEL, group_id=group_id, atomic=atomic, seconds=seconds))
+
+
+def _in_worker(root: str, work: Callable[[Guarded, Any, Any], Any]) -> Any:
+    lake, project = _worker_state(root)
     # An idle DuckLake connection keeps a SQLite catalog share-locked, which blocks every other
     # process's commit: on SQLite each task connects and closes again.
     fresh = lake.one_connection
-    local = _WORKER.setdefault(f"local:{task.root}", threading.local())
+    local = _WORKER.setdefault(f"local:{root}", threading.local())
     con = None if fresh else getattr(local, "con", None)
     if con is None:
         con = lake.connect()
@@ -349,11 +359,14 @@ def worker_task(task: Task) -> Result:
     guarded = Guarded(con, _CANCEL)
     _WORKER["active"] = guarded
     try:
-        return run_task(task, guarded, lake, project, _CANCEL)
+        return work(guarded, lake, project)
     finally:
         _WORKER.pop("active", None)
         if fresh:
             lake.close(con)
+        else:  # a group that failed half-way leaves no transaction open on the kept connection
+            with contextlib.suppress(Exception):
+                con.execute(sql.ROLLBACK)
 
 
 def _interrupt_on_signal() -> None:
@@ -399,6 +412,13 @@ class ProcessRunner(StepRunner):
         future: Future[Result] = self.pool.submit(worker_task, task)
         future.add_done_callback(lambda f: done(task, _outcome(task, f)))
 
+    groups = True  # a group runs in one worker process, on its connection
+
+    def submit_group(self, tasks: list[Task], group_id: str, done: Done, *, atomic: bool = False,
+                     seconds: float = 30.0) -> None:
+        future: Future[list[Result]] = self.pool.submit(worker_group, tasks, group_id, atomic, seconds)
+        future.add_done_callback(lambda f: _group_done(tasks, group_id, f, done))
+
     def cancel(self) -> None:
         for proc in list(getattr(self.pool, "_processes", {}).values()):
             with contextlib.suppress(OSError, AttributeError):
@@ -407,6 +427,22 @@ class ProcessRunner(StepRunner):
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _group_done(tasks: list[Task], group_id: str, future: Any, done: Done) -> None:
+    """Hand each member's result on; a worker that died or failed outside the group's own
+    handling fails every member (the lake's word on what committed is the coordinator's)."""
+    try:
+        results = future.result()
+        assert isinstance(results, list) and len(results) == len(tasks)
+    except BaseException as exc:
+        results = []
+        for task in tasks:
+            r = task.skipped("failed", f"{task.model}: the worker failed: {type(exc).__name__}: {exc}")
+            r.error_class, r.group = type(exc).__name__, group_id
+            results.append(r)
+    for task, result in zip(tasks, results, strict=True):
+        done(task, result)
 
 
 def _outcome(task: Task, future: Any) -> Result:
@@ -460,6 +496,22 @@ class DaskRunner(StepRunner):
             with self.lock:
                 self.futures.pop(key, None)
             done(task, _outcome(task, f))
+
+        future.add_done_callback(finished)
+
+    groups = True  # a group is one Dask task: one worker, one connection
+
+    def submit_group(self, tasks: list[Task], group_id: str, done: Done, *, atomic: bool = False,
+                     seconds: float = 30.0) -> None:
+        key = f"lakewrap-{tasks[0].run_id}-{group_id}"
+        future = self.client.submit(worker_group, tasks, group_id, atomic, seconds, key=key, pure=False, retries=0)
+        with self.lock:
+            self.futures[key] = future
+
+        def finished(f: Any) -> None:
+            with self.lock:
+                self.futures.pop(key, None)
+            _group_done(tasks, group_id, f, done)
 
         future.add_done_callback(finished)
 
