@@ -113,5 +113,6 @@ def test_compile_says_why_a_plan_commits_alone(tmp_path: Path) -> None:
         i: "a model with hooks" if i == hooked else "[run] group_commit = false" for i in range(len(plans))}
     check_prediction(plans, commits, ran(root, "--partition", "2024-01-02"))
     code, out, _ = cli("compile", "--now", NOW, "--partition", "2024-01-02", "--project", str(root))
+    assert code == 0
     assert (f"-- commits: {len(plans)} for {len(plans)} plans, one each ([run] group_commit = false; "
             "a model with hooks)") in out

@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lakewrap.errors import ConfigError, ExecutionError, Location
 from lakewrap.execute import statements as sql
@@ -158,6 +158,7 @@ def run_group_task(tasks: list[Task], con: Any, lake: Any, project: Any, cancell
 
 
 Done = Callable[[Task, Result], None]
+_T = TypeVar("_T")
 
 
 class StepRunner:
@@ -345,7 +346,7 @@ def worker_group(tasks: list[Task], group_id: str, atomic: bool, seconds: float)
         tasks, con, lake, project, _CANCEL, group_id=group_id, atomic=atomic, seconds=seconds))
 
 
-def _in_worker(root: str, work: Callable[[Guarded, Any, Any], Any]) -> Any:
+def _in_worker(root: str, work: Callable[[Guarded, Any, Any], _T]) -> _T:
     lake, project = _worker_state(root)
     # An idle DuckLake connection keeps a SQLite catalog share-locked, which blocks every other
     # process's commit: on SQLite each task connects and closes again.
