@@ -115,6 +115,23 @@ def insert(name: str, dialect: Dialect, catalog: str | None = None) -> str:
     return _render(node, dialect)
 
 
+def insert_rows(name: str, dialect: Dialect, catalog: str | None = None) -> list[str]:
+    """``[head, row]``: :func:`insert` on one line, cut before its one row of parameters
+    (``($col, ...)``), so that ``head`` followed by rows joined with ``", "`` inserts many rows in
+    one statement."""
+    from sqlglot import exp
+
+    from lakewrap.compilers import sql as q
+
+    cols = [c for c, _ in TABLES[name]]
+    values = exp.Tuple(expressions=[q.param(c) for c in cols])
+    node = exp.insert(exp.Values(expressions=[values]), _table(name, catalog), columns=[q.ident(c) for c in cols])
+    text, row = node.sql(dialect=dialect), values.sql(dialect=dialect)
+    if not text.endswith(row):  # pragma: no cover - a rendering the run log would get wrong
+        raise AssertionError(f"the INSERT into {name} does not end with its row: {text!r}")
+    return [text[:-len(row)], row]
+
+
 def delete_run(dialect: Dialect, catalog: str | None = None) -> str:
     """Remove a run's row (it is re-inserted with its new status): ``DELETE ... WHERE run_id = :run_id``."""
     from sqlglot import exp
