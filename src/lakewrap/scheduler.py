@@ -50,6 +50,7 @@ from lakewrap.errors import PlanError, StateError, UnsupportedError
 from lakewrap.execute.executor import Result
 from lakewrap.hooks import RunHooks
 from lakewrap.hooks import check_config as check_hooks
+from lakewrap.pools import make_runner
 from lakewrap.project import Project
 from lakewrap.runlog import RunLog, read_run
 from lakewrap.runsteps import (
@@ -69,7 +70,7 @@ from lakewrap.steps import RunReport, new_run_id, plan_partitions, refuse_empty,
 from lakewrap.substrates.protocol import Substrate
 from lakewrap.substrates.registry import key as key_of
 from lakewrap.substrates.registry import resolve as substrate_of
-from lakewrap.workers import StepRunner, Task, make_runner
+from lakewrap.workers import StepRunner, Task
 
 Progress = Callable[[str, Any], None]  # ("start", total) / ("step", result) / ("end", report)
 Control = Callable[[Callable[[], None]], None]  # handed the run's cancel function (execute)
