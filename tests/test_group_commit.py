@@ -262,6 +262,9 @@ def test_atomic_publishes_nothing_when_the_last_model_fails(tmp_path: Path, exec
     first = run_project(root, now=_now(), atomic=True, executor=executor)
     assert first.status == "success" and len({r.snapshot_id for r in first.results}) == 1
     assert table(root, "m.c") == reference("SELECT id, v * 2 + 1 FROM raw.events")
+    # every member is planned inside the transaction: the first one's statement log says where BEGIN went
+    head = (root / "target" / "run" / first.run_id / "m.a.sql").read_text()
+    assert "BEGIN TRANSACTION ran before this member was planned; the transaction reads snapshot" in head
     mat = next(m for m in explain(root, first.run_id) if m.target == "m.c")
     assert mat.pins["group_reads"] == ["m.b"]  # it read m.b as this transaction had written it
     assert {r.status for r in reproduce(root, first.run_id).results} == {"MATCH"}

@@ -229,6 +229,9 @@ def _transaction(executor: Executor, con: Any, members: list[Member], jobs: dict
                 logs[i] = StatementLog(executor.log_dir, jobs[i].compiled, lake.redact)
                 if head is None:
                     head = logs[i]
+                    if pin is not None:  # the first member was planned inside the transaction
+                        head.note(f"in group {group_id}: BEGIN TRANSACTION ran before this member was planned; "
+                                  f"the transaction reads snapshot {pin}")
                 else:
                     logs[i].note(f"in group {group_id}: BEGIN and COMMIT are in the statement log {head.path.name}")
             return logs[i]
@@ -236,6 +239,7 @@ def _transaction(executor: Executor, con: Any, members: list[Member], jobs: dict
         for i in idxs:  # planned inside the transaction, after the upstream members it reads wrote
             if atomic or members[i].after:
                 jobs.pop(i, None)
+        pin: int | None = None
         if idxs[0] in jobs:
             log_of(idxs[0])
         begin = head if head is not None else _Quiet()
