@@ -75,10 +75,11 @@ def batch_steps(steps: Sequence[Any], models: dict[str, ModelSpec], *, size: int
         if not runs or not separable(spec, runs[0][0].task.partition):
             continue
         for run in runs:
-            _merge(run)
+            merge_batch(run)
 
 
-def _merge(run: list[Any]) -> None:
+def merge_batch(run: list[Any]) -> None:
+    """Make ``run`` (consecutive pending steps of one target) one batch: its first step leads."""
     leader, members = run[0], run[1:]
     inside = {s.index for s in run}
     leader.task = dataclasses.replace(leader.task, batch=tuple(s.task.partition for s in run))

@@ -1,8 +1,8 @@
 """Which commits a run of compiled plans would make: ``lakewrap compile``'s ``-- commit:`` lines
 and its JSON ``commits`` (docs/running.md, "Group commit and --atomic").
 
-The runner's own steps (:func:`lakewrap.runsteps.build_steps`, cut into range batches by
-:func:`lakewrap.batches.batch_steps`) are grouped by the runner's own rule
+The runner's own steps (:func:`lakewrap.runsteps.build_steps`, each batch of the plans merged by
+:func:`lakewrap.batches.merge_batch`, as the runner merges them) are grouped by the runner's own rule
 (:func:`lakewrap.grouping.next_groups`), replayed as if every step runs and succeeds, one group
 at a time on one worker: ``lakewrap run``'s defaults (the thread executor, group commit on where
 the substrate has it). ``compile`` opens no lake, so what ``--missing-only``, ``--stale`` or
@@ -50,55 +50,49 @@ def commits(project: Project, owners: Sequence[ModelSpec], plans: Sequence[Compi
     """The commits a run of ``plans`` (``owners[i]`` the model of ``plans[i]``, each model's plans in
     its partitions' order, as ``compile`` prints them) makes, in the order they commit.
     ``group_commit``: why no step shares a commit (None: group commit is on)."""
-    from lakewrap.runsteps import Step, groupable_steps
-    from lakewrap.workers import Task
+    from datetime import datetime, timezone
 
-    steps: list[Step] = []
-    of_plan: dict[int, int] = {}  # step index -> plan position
-    by_target: dict[str, list[Step]] = {}
-    for pos, (spec, plan) in enumerate(zip(owners, plans, strict=True)):
+    from lakewrap.batches import merge_batch
+    from lakewrap.runsteps import RunOptions, build_steps, groupable_steps
+
+    specs: list[ModelSpec] = []
+    values: dict[str, list[str | None]] = {}
+    heads: list[tuple[str, tuple[str | None, ...]]] = []  # per plan: its target, the partitions it writes
+    for spec, plan in zip(owners, plans, strict=True):
+        key = spec.target.key
+        if key not in values:
+            specs.append(spec)
+            values[key] = []
         w = plan.window
-        batch = tuple(p.value for p in w.partitions) if w is not None and w.partitions else ()
-        partition = batch[0] if batch else (w.value if w is not None and w.kind == "time" else None)
-        task = Task(root="", target=spec.target.key, model=str(spec.path), strategy=spec.strategy.kind,
-                    partition=partition, run_id="", now="", attempts=1, batch=batch)
-        step = Step(len(steps), task)
-        of_plan[step.index] = pos
-        steps.append(step)
-        by_target.setdefault(spec.target.key, []).append(step)
-    _link(project, steps, by_target)
+        parts: tuple[str | None, ...] = (tuple(p.value for p in w.partitions) if w is not None and w.partitions
+                                         else (w.value,) if w is not None and w.kind == "time" else (None,))
+        values[key] += parts
+        heads.append((key, parts))
+    # the runner's steps, one per (model, partition), linked as it links them; a batch's plan merged
+    # into one step as the runner merges them (lakewrap.batches)
+    steps = build_steps(project, specs, [values[s.target.key] for s in specs], Path("."), "",
+                        datetime.now(timezone.utc), RunOptions(), 0)
+    step_of = {(s.task.target, s.task.partition): s for s in steps}
+    of_plan: dict[int, int] = {}  # a plan's step (its batch's leader) -> the plan's position
+    for pos, (key, parts) in enumerate(heads):
+        if len(parts) > 1:
+            merge_batch([step_of[(key, p)] for p in parts])
+        of_plan[step_of[(key, parts[0])].index] = pos
     one = groupable_steps(project)
     replay = _Replay(steps, (lambda step: False) if group_commit is not None else one)
     out: list[PlannedCommit] = []
     while groups := next_groups(replay, 1, size):  # type: ignore[arg-type]  # the scheduler's fields
         group = groups[0]
-        for s in group:
-            s.status = "success"
+        for s in group:  # a batch's members finish with it, as the scheduler records them
+            for done in (s, *(steps[i] for i in s.members)):
+                done.status = "success"
         alone = None
         if len(group) == 1:
             alone = group_commit if group_commit is not None and one(group[0]) else _why_alone(project, group[0])
         out.append(PlannedCommit(plans=tuple(of_plan[s.index] for s in group), alone=alone))
+    if any(s.status != "success" for s in steps):  # pragma: no cover - the replay lost a step
+        raise AssertionError("the commit plan leaves steps out")
     return out
-
-
-def _link(project: Project, steps: list[Step], by_target: dict[str, list[Step]]) -> None:
-    """Each step's upstream steps, as :func:`lakewrap.runsteps.build_steps` links them (a batch
-    stands for its partitions)."""
-    from lakewrap.spec import TimePartitioning
-
-    for step in steps:
-        spec = project.models[step.task.target]
-        mine = _partitions(step)
-        for up in project.upstream_models(spec):
-            ups = by_target.get(up.target.key, [])
-            if step.task.partition is not None and isinstance(up.partition, TimePartitioning):
-                step.deps |= {u.index for u in ups if mine & _partitions(u)}
-            else:
-                step.deps |= {u.index for u in ups}
-
-
-def _partitions(step: Step) -> set[str | None]:
-    return set(step.task.batch) or {step.task.partition}
 
 
 def _why_alone(project: Project, step: Step) -> str | None:
