@@ -73,10 +73,23 @@ def test_a_run_of_a_project_imports_no_pandas(tmp_path: Path) -> None:
         "SELECT CAST($partition_start AS TIMESTAMP) AS day, 1 AS n WHERE day >= $partition_start "
         "AND day < $partition_end\n")
     (root / "models" / "m" / "t.sql").write_text("-- materialized table\nSELECT 1 AS id\n")
-    code = ("import sys\nfrom lakewrap.cli import main\n"
-            "try:\n    main(['run', '--project', sys.argv[1], '--start', '2024-01-01', '--end', '2024-01-03'])\n"
-            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
-            "print('pandas' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout
+    # what reads the lake's records before or around a step: a watermark merge, an append partition
+    # already recorded, a SELECT * model's column probe
+    (root / "models" / "m" / "dyn.sql").write_text(
+        "-- materialized incremental\n-- partitioned dynamic key=ts\n-- unique_key id\n"
+        "SELECT TIMESTAMP '2024-01-02 10:00' AS ts, 1 AS id WHERE ts > $partition_start AND ts <= $partition_end\n")
+    (root / "models" / "m" / "log.sql").write_text(
+        "-- materialized incremental\n-- partitioned daily key=day start=2024-01-01\n-- append\n"
+        "SELECT CAST($partition_start AS TIMESTAMP) AS day, 2 AS n WHERE day >= $partition_start "
+        "AND day < $partition_end\n")
+    (root / "models" / "m" / "star.sql").write_text("-- materialized table\nSELECT * FROM m.t\n")
+    rng = "'--start', '2024-01-01', '--end', '2024-01-03'"
+    for args in (f"'run', {rng}", f"'run', {rng}", f"'backfill', {rng}, '--missing-only'",
+                 f"'run', {rng}, '--reappend'", "'run', '--stale'"):
+        code = ("import sys\nfrom lakewrap.cli import main\n"
+                f"try:\n    main([{args}, '--project', sys.argv[1]])\n"
+                "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+                "print('pandas' in sys.modules)\n")
+        out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, (args, out.stderr)
+        assert out.stdout.strip().splitlines()[-1] == "False", (args, out.stdout)

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from lakewrap.errors import ExecutionError, Location
+from lakewrap.execute.binding import inline
 from lakewrap.seedformat import CsvFormat
 
 _CSV_ERROR = re.compile(r"CSV Error on Line: \d+")
@@ -82,7 +83,7 @@ def _rejects(path: Path, options: dict[str, object] | None) -> tuple[tuple[int, 
 
     con = duckdb.connect()
     try:
-        con.execute(seed_rejects(options), {"path": str(path)}).fetchall()
+        con.execute(*inline(seed_rejects(options), {"path": str(path)})).fetchall()
         rows = con.execute(seed_reject_errors()).fetchall()
     finally:
         con.close()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lakewrap.errors import LakewrapError, SelectionError
+from lakewrap.execute.binding import inline
 from lakewrap.execute.lockwait import HELD
 
 LOCK = threading.Lock()
@@ -82,7 +83,7 @@ def _fetch(root: Path, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]
                 return []  # nothing seeded or run yet: no run log either
             healthy = True
             try:
-                cursor = con.execute(sql, params)
+                cursor = con.execute(*inline(sql, params))
                 names = [d[0] for d in cursor.description]
                 return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
             except Exception as exc:

@@ -23,6 +23,7 @@ from typing import Any
 
 from lakewrap import __version__
 from lakewrap.errors import PlanError, SelectionError, UnsupportedError
+from lakewrap.execute.binding import inline
 from lakewrap.listing import SCHEMA_VERSION
 from lakewrap.spec import ModelSpec
 
@@ -149,7 +150,7 @@ def _run(sub: Any, lake: Any, con: Any, spec: ModelSpec, plan: Any, limit: int, 
                                "substrate does not implement") from None
     with session as cursor:
         try:
-            result = cursor.execute(statement.sql, params) if params else cursor.execute(statement.sql)
+            result = cursor.execute(*inline(statement.sql, params)) if params else cursor.execute(statement.sql)
             names = [(d[0], str(d[1])) for d in result.description]
             rows = result.fetchall()
         except Exception as exc:

@@ -20,6 +20,7 @@ from lakewrap import __version__, hooks
 from lakewrap.compile import compile_plan
 from lakewrap.compilecache import _Cache
 from lakewrap.errors import PlanError, SelectionError
+from lakewrap.execute.binding import inline
 from lakewrap.execute.executor import Result
 from lakewrap.execute.locate import located, remember
 from lakewrap.partitions import Grain, parse_partition, partition_range
@@ -138,7 +139,7 @@ def probe_columns(con: Any, plan: Plan) -> tuple[str, ...]:
     probe = compiler_for(plan.substrate).probe(plan)
     params = {k: v.python() for k, v in probe.params.items()}
     try:
-        cursor = con.execute(probe.sql, params) if params else con.execute(probe.sql)
+        cursor = con.execute(*inline(probe.sql, params)) if params else con.execute(probe.sql)
     except Exception as exc:
         remember(exc, probe.sql, "probe")  # located on the model file by its token (execute/locate.py)
         raise

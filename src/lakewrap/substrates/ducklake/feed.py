@@ -49,7 +49,7 @@ def current_identity(con: Any, alias: str, table: str) -> tuple[str, int] | None
     from lakewrap.compilers import stale as q
 
     schema, name = table.split(".", 1)
-    row = con.execute(q.table_identity(alias), {"schema": schema, "name": name}).fetchone()
+    row = con.execute(*inline(q.table_identity(alias), {"schema": schema, "name": name})).fetchone()
     return None if row is None else (str(row[0]), int(row[1]))
 
 
@@ -59,7 +59,7 @@ def _altered_after(con: Any, alias: str, identity: tuple[str, int], since: int) 
     from lakewrap.compilers import stale as q
 
     table_id, created = identity
-    row = con.execute(q.altered_since(alias), {"since": since, "table_id": table_id}).fetchone()
+    row = con.execute(*inline(q.altered_since(alias), {"since": since, "table_id": table_id})).fetchone()
     altered = None if row is None or row[0] is None else int(row[0])
     return None if altered == created else altered
 
@@ -162,9 +162,9 @@ class DuckLakeFeed:
         from lakewrap.compilers import stale as q
 
         schema, name = table.split(".", 1)
-        ids = {str(r[0]) for r in self.con.execute(q.table_ids(self.alias), {"schema": schema, "name": name})
+        ids = {str(r[0]) for r in self.con.execute(*inline(q.table_ids(self.alias), {"schema": schema, "name": name}))
                .fetchall()}
-        changes = self.con.execute(q.snapshot_changes(self.alias), {"since": -1, "upto": pins[-1]}).fetchall()
+        changes = self.con.execute(*inline(q.snapshot_changes(self.alias), {"since": -1, "upto": pins[-1]})).fetchall()
         changed = [int(sid) for sid, kinds in changes
                    if any(ids.intersection(kinds.get(k) or ()) for k in CHANGE_KINDS)]
         out: dict[int, int] = {}

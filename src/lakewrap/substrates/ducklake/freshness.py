@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from lakewrap.execute.binding import inline
+
 DATA_CHANGES = ("tables_inserted_into", "tables_deleted_from", "inlined_insert", "inlined_delete")
 
 
@@ -15,7 +17,7 @@ def changed_at(con: Any, alias: str, table: str) -> datetime | None:
     from lakewrap.compilers import stale as q
 
     schema, name = table.split(".", 1)
-    ids = {str(r[0]) for r in con.execute(q.table_ids(alias), {"schema": schema, "name": name}).fetchall()}
+    ids = {str(r[0]) for r in con.execute(*inline(q.table_ids(alias), {"schema": schema, "name": name})).fetchall()}
     if not ids:
         return None
     for _, at, changes in con.execute(qf.snapshot_changes(alias)).fetchall():

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakewrap.execute.binding import inline
 from lakewrap.maintain import MaintainReport, TableFiles, choose_expired
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class DuckLakeMaintainer:
         pattern = lake.config.data_location(root) + "**"
 
         def count_storage() -> int:
-            return int(con.execute(q.storage_files(), {"pattern": pattern}).fetchone()[0])
+            return int(con.execute(*inline(q.storage_files(), {"pattern": pattern})).fetchone()[0])
 
         def files_of(schema: str, name: str) -> tuple[int, int] | None:
             try:
@@ -130,7 +131,7 @@ class DuckLakeMaintainer:
             report.snapshots_protected = len(protected & {int(s[0]) for s in snaps})
             expire = choose_expired(snaps, protected, policy, now)
             if expire:
-                rows = con.execute(q.expire_snapshots(alias, dry_run), {"versions": expire}).fetchall()
+                rows = con.execute(*inline(q.expire_snapshots(alias, dry_run), {"versions": expire})).fetchall()
                 report.snapshots_expired = sorted(int(r[0]) for r in rows)
             # (3) files only expired snapshots referenced
             report.old_files_removed = sorted(lake.redact(r[0]) for r in con.execute(

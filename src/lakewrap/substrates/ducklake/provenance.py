@@ -20,6 +20,7 @@ from lakewrap.compilers import lake as lake_sql
 from lakewrap.compilers import provenance as sqlp
 from lakewrap.compilers.artifacts import CompiledPlan, Window
 from lakewrap.errors import StateError
+from lakewrap.execute.binding import inline
 from lakewrap.plan import Param
 from lakewrap.provenance import (
     Materialization,
@@ -47,7 +48,7 @@ def read_materializations(con: Any, alias: str, by: Literal["run_id", "target", 
                           value: str | int, *, statements: bool = True) -> list[Materialization]:
     """The materializations of a run, of a target, or the one a snapshot committed, oldest first
     (with their statements unless ``statements=False``)."""
-    rows = con.execute(sqlp.materializations(alias, by), {"value": value}).fetchall()
+    rows = con.execute(*inline(sqlp.materializations(alias, by), {"value": value})).fetchall()
     out = []
     for r in rows:
         d = dict(zip(sqlp.MATERIALIZATION_COLUMNS, r, strict=True))
@@ -61,7 +62,7 @@ def read_materializations(con: Any, alias: str, by: Literal["run_id", "target", 
             extra_info=json.loads(d["commit_extra_info"]) if d["commit_extra_info"] else {},
         ))
     for m in out if statements else ():
-        found = con.execute(sqlp.compiled_statements(), {"sql_sha256": m.sql_sha256}).fetchone()
+        found = con.execute(*inline(sqlp.compiled_statements(), {"sql_sha256": m.sql_sha256})).fetchone()
         m.statements = json.loads(found[0]) if found else []
     return out
 
@@ -203,7 +204,7 @@ class DuckLakeProvenance:
 
     def _check_snapshot(self, snapshot_id: int) -> tuple[Any, ...]:
         lake, con = self._open()
-        snap = con.execute(sqlp.snapshot(lake.alias), {"value": snapshot_id}).fetchone()
+        snap = con.execute(*inline(sqlp.snapshot(lake.alias), {"value": snapshot_id})).fetchone()
         if snap is None:
             raise StateError(f"the lake has no snapshot {snapshot_id}",
                              hint="`lakewrap history MODEL` lists the snapshots of a model's materializations")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def watermark_of(con: Any, target: str) -> datetime | None:
-    row = con.execute(stmts.last_watermark(), {"target": target}).fetchone()
+    row = con.execute(*inline(stmts.last_watermark(), {"target": target})).fetchone()
     return row[0] if row and row[0] is not None else None
 
 
@@ -64,7 +64,7 @@ class Seeder(SqlSeeder):
         if identity is None:
             return None
         table_id, created = identity
-        rows = con.execute(stmts.snapshots_since(alias), {"since": created}).fetchall()
+        rows = con.execute(*inline(stmts.snapshots_since(alias), {"since": created})).fetchall()
         if not rows or int(rows[0][0]) != created:
             return None
         extra = json.loads(rows[0][2]) if rows[0][2] else {}
@@ -123,11 +123,11 @@ class Records:
     def latest(self, target: str) -> dict[str | None, tuple[str, str]]:
         """partition → (``sql_sha256``, run id) of its latest materialization."""
         return {r[0]: (r[1], r[2]) for r in
-                self.con.execute(stmts.latest_records(), {"target": target}).fetchall()}
+                self.con.execute(*inline(stmts.latest_records(), {"target": target})).fetchall()}
 
     def appended(self, target: str) -> dict[str, set[str]]:
         """:func:`lakewrap.skips.appended`: the records joined to the snapshots that committed them."""
-        rows = self.con.execute(stmts.append_records(self.alias), {"target": target}).fetchall()
+        rows = self.con.execute(*inline(stmts.append_records(self.alias), {"target": target})).fetchall()
         return appended((r[0], r[1] == "true", r[2]) for r in rows)  # json_extract_string: text or NULL
 
     def stale(self, project: Project, chosen: Sequence[ModelSpec]) -> dict[str, StaleModel]:
