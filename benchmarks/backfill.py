@@ -8,8 +8,10 @@ A. **Same lake** (``samelake.py``: a DuckDB-file catalog, and with ``--catalog p
    ``--partitions`` days by
 
    - ``lakewrap``: ``lakewrap run --start D1 --end D64 --batch-size 1``, per partition (each
-     model and day its own window; group commit on); and ``lakewrap batch=N`` (``--batch-size N``) for
-     each ``--batch-sizes`` value, when the ``lakewrap run`` of this checkout has that option;
+     model and day its own window; group commit on); ``lakewrap per txn``, the same with
+     ``--no-group`` (one transaction per model and day, as lakewrap ran a backfill before group
+     commit and range batches); and ``lakewrap batch=N`` (``--batch-size N``) for each
+     ``--batch-sizes`` value, when the ``lakewrap run`` of this checkout has that option;
    - ``dbt``: ``dbt run --event-time-start D1 --event-time-end D65`` with the three models as
      dbt-duckdb ``microbatch`` models (``batch_size='day'``, threads 1). dbt has no merging
      microbatch: ``events_merge`` is a microbatch too (each day's rows replaced), the same rows
@@ -168,6 +170,8 @@ def same_lake(work: Path, make: Any, catalog: str, days: int, rows: int, reps: i
         batch = batch_sizes if has_batch_size(s.bench.lakewrap) else []
         per = ("--batch-size", "1") if batch else ()
         runs["lakewrap"] = lambda: s.lakewrap("--start", start, "--end", end, *per)
+        if batch:  # per partition, one transaction each: how lakewrap ran a backfill before group commit
+            runs["lakewrap per txn"] = lambda: s.lakewrap("--start", start, "--end", end, *per, "--no-group")
         for n in batch:
             runs[f"lakewrap batch={n}"] = lambda n=n: s.lakewrap("--start", start, "--end", end, "--batch-size", str(n))
     if "dbt" in tools:
@@ -195,14 +199,17 @@ def same_lake(work: Path, make: Any, catalog: str, days: int, rows: int, reps: i
             "samples": samples}
 
 
-def parallel(work: Path, make: Any, days: int, rows: int, reps: int, verbose: bool) -> dict[str, Any]:
+def parallel(work: Path, make: Any, days: int, rows: int, reps: int, verbose: bool,
+             batch_size: int | None = None) -> dict[str, Any]:
     root = work / "parallel-postgres"
     subprocess.run(["rm", "-rf", str(root)], check=True)
     s = SameLake(root, make("postgres", "parallel"), verbose)
     s.create(work, raw_sql(rows, days), dbt=False)
     write_lakewrap(s, independent=True)
     start, end = FIRST.isoformat(), (FIRST + timedelta(days=days - 1)).isoformat()
-    rng = ("--start", start, "--end", end)
+    rng: tuple[str, ...] = ("--start", start, "--end", end)
+    if batch_size is not None:
+        rng += ("--batch-size", str(batch_size))
     runs = {"serial": lambda: s.lakewrap(*rng, "--workers", "1", "--executor", "thread"),
             "2 threads": lambda: s.lakewrap(*rng, "--workers", "2", "--executor", "thread"),
             "2 processes": lambda: s.lakewrap(*rng, "--workers", "2", "--executor", "process"),
@@ -218,6 +225,7 @@ def parallel(work: Path, make: Any, days: int, rows: int, reps: int, verbose: bo
     sm = summary(samples)
     errors = {k: [e for x in v for e in x.get("attempt_errors", [])][:3] for k, v in samples.items()}
     return {"part": "parallel", "catalog": "postgres", "partitions": days, "rows_per_day": rows,
+            "batch_size": batch_size,
             "load_start": started, "load_end": load(), "summary": sm, "retry_errors": errors,
             "same_tables_after": before == after, "samples": samples}
 
@@ -228,7 +236,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         sm = r["summary"]
         tools = [k for k in sm if k not in ("ratios", "load")]
         ref = "serial" if r["part"] == "parallel" else "lakewrap"
-        lines += [f"\n{r['part']}, {r['catalog']} catalog, {r['partitions']} partitions × 3 models, "
+        lines += [f"\n{r['part']}, {r['catalog']} catalog, {r['partitions']} partitions × 3 models"
+                  f"{'' if r.get('batch_size') is None else ' (--batch-size ' + str(r['batch_size']) + ')'}, "
                   f"{r['rows_per_day']} rows a day; load {r['load_start']} → {r['load_end']} (1/5/15 min)\n",
                   f"| run | reps | process s, median (min–max) | CPU s | SQL s (floor) | retries | {ref} / this |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
@@ -256,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tools", default="lakewrap,dbt,floor")
     ap.add_argument("--batch-sizes", default="64", help="lakewrap --batch-size values, when the option exists")
+    ap.add_argument("--parallel-batch-size", type=int, help="part B's --batch-size (default: lakewrap's own)")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "lakewrap-samelake")
     ap.add_argument("--out", type=Path)
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -274,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.out:
                 args.out.write_text(json.dumps({"results": results}, indent=1, default=str))
         if "parallel" in parts:
-            results.append(parallel(work, make, args.partitions, args.rows_per_day, args.reps, args.verbose))
+            results.append(parallel(work, make, args.partitions, args.rows_per_day, args.reps, args.verbose,
+                                    args.parallel_batch_size))
     dbt = str(work / "dbt-venv" / "bin" / "dbt") if "dbt" in tools else None
     report = {"versions": tool_versions(dbt), "python": platform.python_version(), "results": results}
     if args.out:
