@@ -23,6 +23,7 @@ from lakewrap.workers import (
     Task,
     ThreadRunner,
     _interrupt_on_signal,
+    all_failed,
     worker_group,
     worker_task,
 )
@@ -77,11 +78,7 @@ def _group_done(tasks: list[Task], group_id: str, future: Any, done: Done) -> No
         results = future.result()
         assert isinstance(results, list) and len(results) == len(tasks)
     except BaseException as exc:
-        results = []
-        for task in tasks:
-            r = task.skipped("failed", f"{task.model}: the worker failed: {type(exc).__name__}: {exc}")
-            r.error_class, r.group = type(exc).__name__, group_id
-            results.append(r)
+        results = all_failed(tasks, group_id, exc, "the worker failed: ")
     for task, result in zip(tasks, results, strict=True):
         done(task, result)
 

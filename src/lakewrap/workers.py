@@ -160,6 +160,16 @@ def run_group_task(tasks: list[Task], con: Any, lake: Any, project: Any, cancell
 
 
 Done = Callable[[Task, Result], None]
+
+
+def all_failed(tasks: list[Task], group_id: str, exc: BaseException, why: str = "") -> list[Result]:
+    """A result per member of a group that failed as a whole (``why``: what failed, before the error)."""
+    results = []
+    for task in tasks:
+        r = task.skipped("failed", f"{task.model}: {why}{type(exc).__name__}: {exc}")
+        r.error_class, r.group = type(exc).__name__, group_id
+        results.append(r)
+    return results
 _T = TypeVar("_T")
 
 
@@ -274,11 +284,7 @@ class ThreadRunner(StepRunner):
                         with contextlib.suppress(Exception):
                             self.lake.close(con)
         except BaseException as exc:  # a bug or a lost connection: every member failed, none committed
-            results = []
-            for task in tasks:
-                r = task.skipped("failed", f"{task.model}: {type(exc).__name__}: {exc}")
-                r.error_class, r.group = type(exc).__name__, group_id
-                results.append(r)
+            results = all_failed(tasks, group_id, exc)
         for task, result in zip(tasks, results, strict=True):
             done(task, result)
 
