@@ -78,12 +78,13 @@ class DuckLake(Substrate):
     def run_group(self, materializer: Executor, con: Any, steps: list[GroupStep], *, group_id: str,
                   atomic: bool = False, seconds: float = 30.0, cancelled: Any = None) -> list[Result]:
         """Steps in one DuckLake transaction (:mod:`lakewrap.substrates.ducklake.group`)."""
-        from lakewrap.substrates.ducklake.group import Member, commit_group
+        from lakewrap.execute.group import Member, commit_group
+        from lakewrap.substrates.ducklake.group import transaction
 
         defer = materializer.lake.defer is not None
         members = [Member.of(s, defer) for s in steps]
-        return commit_group(materializer, con, members, group_id=group_id, atomic=atomic, seconds=seconds,
-                            cancelled=cancelled).results
+        return commit_group(materializer, con, members, transaction, group_id=group_id, atomic=atomic,
+                            seconds=seconds, cancelled=cancelled).results
 
     @contextmanager
     def python_reads(self, lake: Lake, con: Any, spec: ModelSpec) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
