@@ -7,7 +7,6 @@ SqlCatalog on SQLite. Lost and refused commit responses are injected by the adap
 Table contents are compared with rows computed in Python from the source.
 """
 
-# ruff: noqa: F811  (the fixtures served, faults and journal, imported from test_iceberg_sql, are parameters)
 from __future__ import annotations
 
 import json
