@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lakewrap.compilers.artifacts import CompiledStatement
 from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Job
-from lakewrap.execute.group import Failed, GroupOutcome, Member, Quiet, Unsettled
+from lakewrap.execute.group import Failed, GroupOutcome, Member, Unsettled
 from lakewrap.execute.log import StatementLog
 
 if TYPE_CHECKING:
@@ -47,10 +47,8 @@ def transaction(executor: IcebergSqlExecutor, con: Any, members: list[Member], j
             logs[i] = StatementLog(executor.log_dir, job.compiled, lake.redact)
             statements[i] = executor.before_begin(con, job, logs[i])
             pins[i] = executor.pins(job)
-        except Exception as exc:  # a first run's CREATE (its own transaction) may have failed inside it
-            executor.rollback(con, logs[i] if i in logs else Quiet())  # type: ignore[arg-type]
-            text = str(exc).strip()
-            _close(logs, f"rolled back with group {group_id}: {text.splitlines()[0] if text else type(exc).__name__}")
+        except Exception as exc:
+            _close(logs, f"rolled back with group {group_id}: {str(exc).strip().splitlines()[0]}")
             raise Failed(pos, exc) from exc
     head = logs[idxs[0]]
     for i in idxs[1:]:
