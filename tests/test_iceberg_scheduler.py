@@ -197,7 +197,8 @@ def test_ctrl_c_stops_an_iceberg_backfill_within_seconds(tmp_path: Path, lakes: 
     earlier = set(runs.glob("*/*.sql"))  # the seed's
     proc = subprocess.Popen([sys.executable, "-c", "from lakewrap.cli import main; main(prog_name='lakewrap')",
                              "backfill", "--project", str(root), "--start", "2024-01-01", "--end", "2024-01-30",
-                             "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--format", "json", "--no-group"],  # each day its own commit: a signal between two
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
         logs = [p for p in set(runs.glob("*/*.sql")) - earlier if "-- outcome: success" in p.read_text()]

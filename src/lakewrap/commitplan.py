@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 class _Replay:
     """The scheduler's state :func:`next_groups` reads, for steps that all succeed."""
 
-    def __init__(self, steps: list[Step], groupable: Callable[[Step], bool]) -> None:
+    def __init__(self, steps: list[Step], groupable: Callable[[Step], bool], chains: bool) -> None:
         self.steps = steps
         self.groupable = groupable
+        self.chains = chains
         self.order: dict[str, list[int]] = {}
         for s in steps:
             self.order.setdefault(s.task.target, []).append(s.index)
@@ -46,10 +47,11 @@ class _Replay:
 
 
 def commits(project: Project, owners: Sequence[ModelSpec], plans: Sequence[CompiledPlan], *,
-            group_commit: str | None, size: int = GROUP_SIZE) -> list[PlannedCommit]:
+            group_commit: str | None, chains: bool = True, size: int = GROUP_SIZE) -> list[PlannedCommit]:
     """The commits a run of ``plans`` (``owners[i]`` the model of ``plans[i]``, each model's plans in
     its partitions' order, as ``compile`` prints them) makes, in the order they commit.
-    ``group_commit``: why no step shares a commit (None: group commit is on)."""
+    ``group_commit``: why no step shares a commit (None: group commit is on); ``chains``: whether a
+    group takes in the steps that read its members (``Substrate.group_chains``)."""
     from datetime import datetime, timezone
 
     from lakewrap.batches import merge_batch
@@ -79,7 +81,7 @@ def commits(project: Project, owners: Sequence[ModelSpec], plans: Sequence[Compi
             merge_batch([step_of[(key, p)] for p in parts])
         of_plan[step_of[(key, parts[0])].index] = pos
     one = groupable_steps(project)
-    replay = _Replay(steps, (lambda step: False) if group_commit is not None else one)
+    replay = _Replay(steps, (lambda step: False) if group_commit is not None else one, chains)
     out: list[PlannedCommit] = []
     while groups := next_groups(replay, 1, size):  # type: ignore[arg-type]  # the scheduler's fields
         group = groups[0]
@@ -115,8 +117,10 @@ def no_group_reason(root: Path, substrate: str) -> str | None:
 
 def of_compiled(root: Path, compiled: Compiled) -> list[PlannedCommit]:
     """The commits a run of ``compiled`` makes with ``lakewrap run``'s defaults."""
+    from lakewrap.substrates.registry import get
+
     return commits(compiled.project, compiled.owners, compiled.plans,
-                   group_commit=no_group_reason(root, compiled.substrate))
+                   group_commit=no_group_reason(root, compiled.substrate), chains=get(compiled.substrate).group_chains)
 
 
 def header_lines(plan_commits: Sequence[PlannedCommit], n: int) -> list[str]:

@@ -8,8 +8,10 @@ order, the steps whose every upstream step has committed or is in the group befo
 next levels of the DAG): such a member reads its upstreams' writes inside the transaction, is
 planned there (after they wrote), and carries the positions of those upstreams in the group
 (``Task.after``), so that a failing member takes only its own downstream members out of the group
-with it. A group holds at most :data:`GROUP_SIZE` steps; the substrate commits what it has
-written after :data:`GROUP_SECONDS` of writing and goes on in a new transaction. A Python model
+with it. A substrate whose records cannot name a commit still open (``Substrate.group_chains``
+False: Iceberg's write path ``sql``) takes in no such step. A group holds at most
+:data:`GROUP_SIZE` steps; the substrate commits what it has written after :data:`GROUP_SECONDS` of
+writing and goes on in a new transaction. A Python model
 or a model with hooks is never grouped: its function or its ``pre_run``/``post_run`` scripts run
 around its own commit. ``--atomic`` is one group of every step of the run, in DAG order, unbounded.
 """
@@ -95,7 +97,7 @@ def next_groups(sched: Scheduler, free: int, size: int = GROUP_SIZE) -> list[lis
         current += block
     if current and len(groups) < free:
         groups.append(current)
-    if groups and all(sched.groupable(s) for s in groups[0]):
+    if groups and sched.chains and all(sched.groupable(s) for s in groups[0]):
         _take_downstream(sched, groups, size)
     return groups
 

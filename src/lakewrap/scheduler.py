@@ -82,12 +82,14 @@ class Scheduler:
     def __init__(self, steps: list[Step], runner: StepRunner, workers: int, log: RunLog, report: RunReport,
                  fail_fast: bool, progress: Progress | None,
                  resolve: Callable[[Result], Result] | None = None, per_target: int = 1,
-                 groupable: Callable[[Step], bool] | None = None, atomic: bool = False) -> None:
+                 groupable: Callable[[Step], bool] | None = None, atomic: bool = False,
+                 chains: bool = True) -> None:
         self.steps = steps
         # group commit (lakewrap.grouping): which steps may share a commit (None: no grouping)
         self.groupable = groupable or (lambda step: False)
         self.grouping = groupable is not None or atomic
         self.atomic = atomic
+        self.chains = chains  # a group may take in the steps that read its members (Substrate.group_chains)
         self.unit_of: dict[int, str] = {}  # step index -> the group (or step) it was submitted in
         self.units: dict[str, int] = {}  # group -> its members in flight
         # steps of one target in flight at once: 1 (one writer per table), or more on a lake whose
@@ -355,10 +357,14 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
             runner.cache = prep.cache
         runner.start(lake, prep.project, con)
         stack.callback(runner.close)
-        if opts.atomic and not (substrate.group_commit and runner.groups):
+        if opts.atomic and not (substrate.group_commit and substrate.group_chains and runner.groups):
             raise UnsupportedError(
-                "--atomic needs one transaction over several tables: "
-                + (f"the `{runner.kind}` executor commits each step in its own" if substrate.group_commit
+                "--atomic needs one transaction over several tables, in which a model reads what its "
+                "upstreams wrote: "
+                + (f"the `{runner.kind}` executor commits each step in its own"
+                   if substrate.group_commit and substrate.group_chains else
+                   f"the `{substrate.name}` substrate cannot record the pins of a model whose upstream is "
+                   "written in the same commit" if substrate.group_commit
                    else f"the `{substrate.name}` substrate commits each table on its own"),
                 hint="run --atomic on a DuckLake with the thread, process or dask executor (docs/running.md)")
         todo = [s for s in prep.steps if s.status in ("pending", "batched")]
@@ -380,7 +386,8 @@ def execute(prep: Prepared, *, progress: Progress | None = None, resume: dict[st
         scheduler = Scheduler(prep.steps, runner, runner.workers, log, report, opts.fail_fast, progress,
                               lambda result: substrate.resolve_outcome(lake, con, prep.run_id, result),
                               per_target=runner.workers if lake.parallel_writers else 1,
-                              groupable=groupable_steps(prep.project) if grouped else None, atomic=opts.atomic)
+                              groupable=groupable_steps(prep.project) if grouped else None, atomic=opts.atomic,
+                              chains=substrate.group_chains)
         if control is not None:
             control(scheduler.cancel)
         if trace is not None:

@@ -280,6 +280,9 @@ class Substrate:
     # Whether :meth:`run_group` commits several steps in one transaction (docs/running.md, "Group
     # commit and --atomic"); False: every step is its own commit and ``--atomic`` is refused.
     group_commit: ClassVar[bool] = False
+    # Whether a group may hold a step that reads another member's table (the next levels of the DAG,
+    # ``--atomic``): its pins then name a commit not yet made, which the substrate must record.
+    group_chains: ClassVar[bool] = True
 
     def run_group(self, materializer: Any, con: Any, steps: list[GroupStep], *, group_id: str,
                   atomic: bool = False, seconds: float = 30.0, cancelled: Any = None) -> list[Result]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from lakewrap.compilers.artifacts import CompiledPlan
     from lakewrap.compilers.base import Compiler
     from lakewrap.config import LakeConfig, ProjectConfig
-    from lakewrap.execute.executor import Materializer, Result
+    from lakewrap.execute.executor import GroupStep, Materializer, Result
     from lakewrap.execute.iceberg import IcebergLake
     from lakewrap.execute.retry import RetryPolicy
     from lakewrap.plan import Plan
@@ -195,6 +195,20 @@ class IcebergSql(Iceberg):
     transcript = Transcript(setup_before_begin=True, shows_base=True, as_of="every upstream read is pinned with "
                             "AT (VERSION => n) (an Iceberg snapshot id per table)")
     probe_in_scratch = False  # the attached REST catalog reads a model's tables directly
+    # one DuckDB transaction is one POST /v1/transactions/commit; a member's state row records its
+    # upstreams' snapshot ids, which a member of the same open commit has not got: no chains
+    group_commit = True
+    group_chains = False
+
+    def run_group(self, materializer: Any, con: Any, steps: list[GroupStep], *, group_id: str,
+                  atomic: bool = False, seconds: float = 30.0, cancelled: Any = None) -> list[Result]:
+        """Steps in one catalog transaction (:mod:`lakewrap.substrates.iceberg.sql_group`)."""
+        from lakewrap.execute.group import Member, commit_group
+        from lakewrap.substrates.iceberg.sql_group import transaction
+
+        members = [Member.of(s, True) for s in steps]
+        return commit_group(materializer, con, members, transaction, group_id=group_id, atomic=atomic,
+                            seconds=seconds, cancelled=cancelled).results
 
     def defer_refusal(self, other: Substrate) -> str | None:
         """Refused: this write path's statements name every table in the attached REST catalog."""

@@ -58,6 +58,10 @@ COPY_ON_WRITE = "copy-on-write"
 SCHEMA_ID_TAKEN = "but this already exists in the table"
 
 
+class Unknown(ExecutionError):
+    """The commit failed and whether it landed cannot be told: reported, never retried."""
+
+
 class Conflict(TransientExecutionError):
     """The commit failed (a 409 conflict, a 5xx or lost connection) and the attempt's commit id is not
     in the state table: it certainly did not land, so the whole transaction may be retried."""
@@ -136,11 +140,29 @@ class IcebergSqlExecutor(Materializer):
     # --- one attempt ----------------------------------------------------------------------------
 
     def attempt(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int) -> None:
-        compiled, refresh = job.compiled, job.drop_first
+        compiled = job.compiled
+        statements = self.before_begin(con, job, log)
+        commit_id = uuid.uuid4().hex
+        pins = self.pins(job)
+        log.run(con, sql.BEGIN)
+        if not self.write(con, job, statements, result, log, attempt, commit_id, pins):
+            log.run(con, sql.ROLLBACK)
+            result.status = "unchanged"
+            log.note("no version changed: nothing to commit")
+            return
+        self.publish(con, [compiled.target], commit_id, log, compiled.path)
+        result.status = "success"
+        result.snapshot_id = self._snapshot(compiled.target)
+
+    def before_begin(self, con: Any, job: Job, log: StatementLog) -> list[CompiledStatement]:
+        """What runs before ``BEGIN``: the copy-on-write refusal, the leading setup statements (each
+        committed on its own) and a first run's empty table; the statements left for the
+        transaction. A conflict with a concurrent writer of those raises :class:`Conflict`."""
+        compiled = job.compiled
         statements = list(compiled.statements)
         table = self.lake.load(compiled.target)
         if table is not None:  # before anything runs: a refusal writes nothing
-            refuse_copy_on_write(table, compiled, refresh)
+            refuse_copy_on_write(table, compiled, job.drop_first)
         try:
             while statements and statements[0].role == "setup":  # before BEGIN, each committed on its own
                 self.execute(con, statements.pop(0), log)
@@ -152,12 +174,21 @@ class IcebergSqlExecutor(Materializer):
             if conflicted(exc):
                 raise Conflict(f"{compiled.path}: {str(exc).splitlines()[0]}") from exc
             raise
+        return statements
+
+    def pins(self, job: Job) -> dict[str, int | None]:
+        """The snapshot of each table the plan reads (but its target), from the catalog."""
+        return {name: self._snapshot(name) for name in job.reads if name != job.compiled.target}
+
+    def write(self, con: Any, job: Job, statements: list[CompiledStatement], result: Result, log: StatementLog,
+              attempt: int, commit_id: str, pins: dict[str, int | None], *, group: str | None = None) -> bool:
+        """One materialization's statements, tests and state row inside the open transaction; False
+        when a snapshot model has no version to change (nothing to commit). ``group``: the group
+        commit it shares (recorded with its provenance). Raises on failure."""
+        compiled, refresh = job.compiled, job.drop_first
         started_at = datetime.now(timezone.utc)
-        commit_id = uuid.uuid4().hex
-        pins = {name: self._snapshot(name) for name in job.reads if name != compiled.target}
         tally = Tally()
-        log.run(con, sql.BEGIN)
-        base = self._current(con, compiled.target, log)
+        base = self._current(con, compiled.target, log, restart=group is None)
         if refresh:  # --full-refresh: computed as a first run, in the same transaction
             log.note("--full-refresh: every row is deleted first, in the same transaction")
             log.run(con, isql.delete_all(compiled.target))
@@ -181,13 +212,11 @@ class IcebergSqlExecutor(Materializer):
                 if (failed := checks.failure(outcomes)) is not None:
                     raise failed
                 if compiled.strategy == "snapshot" and tally.unchanged:
-                    log.run(con, sql.ROLLBACK)
-                    result.status = "unchanged"
-                    log.note("no version changed: nothing to commit")
-                    return
+                    return False
                 if warning := emptied(compiled.path, tally.stage_rows, tally.inserted, tally.deleted, self.strict):
                     result.warnings.append(warning)
                 window = compiled.window
+                provenance = {**job.provenance, "group": group} if group else job.provenance
                 state = {
                     "run_id": self.run_id, "commit_id": commit_id, "model": compiled.path,
                     "target": compiled.target, "partition_value": result.partition,
@@ -206,7 +235,7 @@ class IcebergSqlExecutor(Materializer):
                     "statements": json.dumps([s.dump(exclude={"params"})
                                               for s in compiled.statements]),
                     "schema_changes": json.dumps(result.schema_changes),
-                    "provenance": json.dumps(job.provenance, sort_keys=True),
+                    "provenance": json.dumps(provenance, sort_keys=True),
                 }
                 log.run(con, st.sql, {isql.STATE_PREFIX + k: v for k, v in state.items()}, role=st.role)
                 continue
@@ -214,6 +243,14 @@ class IcebergSqlExecutor(Materializer):
             self.counted(con, st, log, tally, lambda: self._count(con, compiled.target, log),
                          count_deletes=compiled.strategy != "table")
         tally.fill(result)
+        return True
+
+    def publish(self, con: Any, targets: list[str], commit_id: str, log: StatementLog, what: str) -> None:
+        """``COMMIT`` the open transaction, whose state rows (in each of ``targets``' state tables)
+        carry ``commit_id``. A failed ``COMMIT`` is never retried blindly: each state table is
+        searched for the commit id first. Found in all: it landed. Found in none after a conflict
+        or an unavailable catalog: :class:`Conflict` (retry the whole transaction); after any other
+        error, that error. Found in some, or a state table unreadable: ``Unknown``."""
         if self.before_commit is not None:
             self.before_commit(con)
         log.note(f"commit {commit_id}")
@@ -221,19 +258,20 @@ class IcebergSqlExecutor(Materializer):
             log.run(con, sql.COMMIT)
         except Exception as exc:
             self.rollback(con, log)
-            # Whatever the error, look for this attempt's state row before anything is retried.
-            landed = self._landed(con, compiled.target, commit_id, log)
-            if landed is None:
-                raise ExecutionError(f"{compiled.path}: the commit's outcome is unknown and the state table "
-                                     f"could not be read: {str(exc).splitlines()[0]}",
-                                     hint="check `lakewrap history` before running the model again") from exc
-            if not landed:
+            # Whatever the error, look for this attempt's state rows before anything is retried.
+            found = [self._landed(con, t, commit_id, log) for t in dict.fromkeys(targets)]
+            first = str(exc).splitlines()[0]
+            if None in found:
+                raise Unknown(f"{what}: the commit's outcome is unknown and the state table could not be read: "
+                              f"{first}", hint="check `lakewrap history` before running the model again") from exc
+            if any(found) and not all(found):  # one catalog transaction: all or none, so never expected
+                raise Unknown(f"{what}: commit {commit_id} is in the state tables of only some of its tables "
+                              f"({first})", hint="check `lakewrap history` of each table") from exc
+            if not any(found):
                 if conflicted(exc):
-                    raise Conflict(f"{compiled.path}: {str(exc).splitlines()[0]}") from exc
+                    raise Conflict(f"{what}: {first}") from exc
                 raise
             log.note(f"commit {commit_id} found in the state table: it landed")
-        result.status = "success"
-        result.snapshot_id = self._snapshot(compiled.target)
 
     def _create(self, con: Any, statements: list[CompiledStatement], log: StatementLog) -> None:
         """First run: create the target, empty, in a transaction of its own before the real one.
@@ -320,11 +358,14 @@ class IcebergSqlExecutor(Materializer):
     def _count(self, con: Any, target: str, log: StatementLog) -> int:
         return int(log.run(con, isql.count_rows(target)).fetchone()[0])
 
-    def _current(self, con: Any, target: str, log: StatementLog) -> int | None:
-        """The target's latest snapshot as this transaction sees it (None: no table or no snapshot)."""
+    def _current(self, con: Any, target: str, log: StatementLog, *, restart: bool = True) -> int | None:
+        """The target's latest snapshot as this transaction sees it (None: no table or no snapshot).
+        ``restart``: the transaction may be begun again when there is no table (nothing written yet)."""
         try:
             row = log.run(con, isql.latest_snapshot(target)).fetchone()
         except Exception:  # no such table yet (iceberg_snapshots then reads its argument as a path)
+            if not restart:  # a group's earlier members wrote in this transaction
+                raise
             self.rollback(con, log)  # the failed statement aborted the transaction: start it again
             log.run(con, sql.BEGIN)
             return None

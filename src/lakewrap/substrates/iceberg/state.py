@@ -80,7 +80,8 @@ def state_rows(lake: IcebergLake, target: str) -> list[dict[str, Any]]:
 
     Each row was committed in the same catalog transaction as the data it describes. Its
     ``snapshot_id`` is derived from the target's lineage: the snapshot the next materialization
-    started from (its ``base_snapshot``), or the table's current snapshot for the last one.
+    started from (its ``base_snapshot``), or the table's current snapshot for the last one. The
+    members of one group commit (one commit id) share the snapshot their commit left.
     """
     from lakewrap.compilers.iceberg_sql import STATE_SCHEMA, state_table_name
 
@@ -99,7 +100,10 @@ def state_rows(lake: IcebergLake, target: str) -> list[dict[str, Any]]:
     rows.sort(key=lambda r: (position.get(r["base_snapshot"], -1) if r["base_snapshot"] is not None else -1,
                              r["started_at"]))
     for i, row in enumerate(rows):
-        nxt = rows[i + 1]["base_snapshot"] if i + 1 < len(rows) else (lineage[-1] if lineage else None)
+        j = i + 1  # the next commit's row (a group commit's members share one commit id and base)
+        while j < len(rows) and rows[j]["commit_id"] == row["commit_id"]:
+            j += 1
+        nxt = rows[j]["base_snapshot"] if j < len(rows) else (lineage[-1] if lineage else None)
         row["snapshot_id"] = nxt
         snap = table.metadata.snapshot_by_id(nxt) if table is not None and nxt is not None else None
         row["committed_ms"] = snap.timestamp_ms if snap is not None else None
