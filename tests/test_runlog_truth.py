@@ -274,17 +274,23 @@ def check_iceberg(root: Path, doc: dict[str, Any]) -> None:
         [doc["status"], counts["success"] + counts["unchanged"], counts["cancelled"]]]
 
 
-def iceberg_trials(root: Path, trigger: Trigger, trials: int, seed: int) -> tuple[int, int]:
+def iceberg_trials(root: Path, trigger: Trigger, trials: int, seed: int,
+                   group: bool = False) -> tuple[int, int]:
+    """Signals at a random COMMIT of a two-day run: each day's own (``group=False``), or the one
+    COMMIT both days share on the sql path (``group=True``), which lands both days or neither."""
     lake = IcebergLake.open(root)
     source(lake, days=2, per_day=5)
     rng = random.Random(seed)
     cancelled = landed = 0
     for trial in range(trials):
-        trigger.arm(rng.randint(1, 2), DELAYS_MS[trial % len(DELAYS_MS)] / 1000,
+        trigger.arm(1 if group else rng.randint(1, 2), DELAYS_MS[trial % len(DELAYS_MS)] / 1000,
                     (signal.SIGINT, signal.SIGTERM)[trial % 2])
-        report = run_project(root, start="2024-01-01", end="2024-01-02")
+        report = run_project(root, start="2024-01-01", end="2024-01-02", group=group)
         assert trigger.settle()
         check_iceberg(root, report.to_dict())
+        if group:
+            assert len({r.status for r in report.results}) == 1, report.to_dict()  # no mixed state
+            assert len({r.group for r in report.results}) == 1
         cancelled += report.status == "cancelled"
         landed += report.status == "cancelled" and any(r.status == "success" for r in report.results)
     return cancelled, landed
@@ -312,6 +318,12 @@ def test_signals_across_the_commit_window_on_iceberg_sql(tmp_path: Path, trigger
         cancelled, landed = iceberg_trials(root, trigger, 12, 19)
     print(f"\nIceberg sql: 12 trials, {cancelled} cancelled, {landed} of them after a commit landed")
     assert cancelled >= 4
+
+
+def test_signals_across_a_group_commit_on_iceberg_sql(tmp_path: Path, trigger: Trigger) -> None:
+    with rest_project(tmp_path / "p") as root:
+        cancelled, landed = iceberg_trials(root, trigger, 8, 23, group=True)
+    print(f"\nIceberg sql group commit: 8 trials, {cancelled} cancelled, {landed} of them after it landed")
 
 
 # --- real subprocesses ------------------------------------------------------------------------------
