@@ -92,6 +92,22 @@ def _fail(executor: Materializer, result: Result, job: Job | None, exc: BaseExce
         "error": executor.lake.redact(text.splitlines()[0] if text else "")})
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its class name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def rolled_back(out: GroupOutcome, idxs: list[int], exc: BaseException) -> str:
+    """After a transaction over ``idxs`` rolled back with ``exc``: nothing was written, so their
+    results count no rows, warnings or tests; the error line their statement logs close with."""
+    for r in (out.results[i] for i in idxs):
+        r.rows_inserted = r.rows_updated = r.rows_deleted = 0
+        r.warnings.clear()
+        r.tests.clear()
+    return first_line(exc.error if isinstance(exc, (Failed, Unsettled)) else exc)
+
+
 class Transaction(Protocol):
     """One transaction over members ``idxs`` (a substrate's): plans each member not in ``jobs`` yet
     (into ``jobs``), writes them until ``seconds`` of writing have passed, commits, and fills their
@@ -164,8 +180,7 @@ def commit_group(executor: Any, con: Any, members: list[Member], transaction: Tr
             others = [j for j in idxs if j != i and j not in later and j not in below]
             settled.difference_update(idxs)
             if not failed.nothing:
-                text = str(failed.error).strip()
-                moved[i] = executor.lake.redact(text.splitlines()[0] if text else type(failed.error).__name__)
+                moved[i] = executor.lake.redact(first_line(failed.error))
                 out.retried.append(target + (f" {out.results[i].partition}" if out.results[i].partition else ""))
             # the others first (committed again without it), then it alone, then its table's later
             # partitions, then the members that read it (skipped if it failed)

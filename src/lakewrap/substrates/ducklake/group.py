@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lakewrap import __version__
 from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Job
-from lakewrap.execute.group import Failed, GroupOutcome, Member, Quiet
+from lakewrap.execute.group import Failed, GroupOutcome, Member, Quiet, rolled_back
 from lakewrap.execute.log import StatementLog
 
 if TYPE_CHECKING:
@@ -133,13 +133,7 @@ def transaction(executor: Executor, con: Any, members: list[Member], jobs: dict[
     except BaseException as exc:
         if not committed:
             executor.rollback(con, head if head is not None else Quiet())  # type: ignore[arg-type]
-            cause = exc.error if isinstance(exc, Failed) else exc
-            text = str(cause).strip()
-            error = text.splitlines()[0] if text else type(cause).__name__
-            for r in (out.results[i] for i in idxs):  # rolled back: nothing was written
-                r.rows_inserted = r.rows_updated = r.rows_deleted = 0
-                r.warnings.clear()
-                r.tests.clear()
+            error = rolled_back(out, idxs, exc)
         raise
     finally:
         for i, log in logs.items():

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lakewrap.compilers.artifacts import CompiledStatement
 from lakewrap.execute import statements as sql
 from lakewrap.execute.executor import Job
-from lakewrap.execute.group import Failed, GroupOutcome, Member, Quiet, Unsettled
+from lakewrap.execute.group import Failed, GroupOutcome, Member, Quiet, Unsettled, first_line, rolled_back
 from lakewrap.execute.log import StatementLog
 
 if TYPE_CHECKING:
@@ -49,8 +49,7 @@ def transaction(executor: IcebergSqlExecutor, con: Any, members: list[Member], j
             pins[i] = executor.pins(job)
         except Exception as exc:  # a first run's CREATE (its own transaction) may have failed inside it
             executor.rollback(con, logs[i] if i in logs else Quiet())  # type: ignore[arg-type]
-            text = str(exc).strip()
-            _close(logs, f"rolled back with group {group_id}: {text.splitlines()[0] if text else type(exc).__name__}")
+            _close(logs, f"rolled back with group {group_id}: {first_line(exc)}")
             raise Failed(pos, exc) from exc
     head = logs[idxs[0]]
     for i in idxs[1:]:
@@ -91,13 +90,7 @@ def transaction(executor: IcebergSqlExecutor, con: Any, members: list[Member], j
     except BaseException as exc:
         if not committed:
             executor.rollback(con, head)
-            cause = exc.error if isinstance(exc, (Failed, Unsettled)) else exc
-            text = str(cause).strip()
-            error = text.splitlines()[0] if text else type(cause).__name__
-            for r in (out.results[i] for i in idxs):  # rolled back: nothing was written
-                r.rows_inserted = r.rows_updated = r.rows_deleted = 0
-                r.warnings.clear()
-                r.tests.clear()
+            error = rolled_back(out, idxs, exc)
         raise
     finally:
         if committed:
@@ -113,4 +106,3 @@ def _close(logs: dict[int, StatementLog], note: str) -> None:
     for log in logs.values():
         log.close("rolled back", note)
     logs.clear()
-
