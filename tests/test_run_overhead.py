@@ -151,3 +151,46 @@ def test_a_fence_from_before_the_hash_column_is_upgraded(tmp_path: Path) -> None
     # the statement log shows the upgrade, inside the materialization's transaction
     log = next((root / "target" / "run" / report.run_id).glob("sales.orders__*.sql")).read_text()
     assert "ADD COLUMN IF NOT EXISTS" in log and log.index("BEGIN") < log.index("ADD COLUMN")
+
+
+def test_a_group_learns_its_fences_from_the_catalog_and_stores_each_plan_once(tmp_path: Path) -> None:
+    """A group reads which fences exist from the catalog and which plans are stored from the state
+    tables (``Executor.read_fences``): a plan is stored once, a new plan once more, a fence lacking
+    its hash column (lakewrap 0.1.0) is upgraded, and every fence names its model's last plan."""
+    root = tmp_path / "p"
+    (root / "models" / "m").mkdir(parents=True)
+    (root / "lakewrap.toml").write_text("")
+    names = [f"t{i}" for i in range(4)]
+    for i, name in enumerate(names):
+        (root / "models" / "m" / f"{name}.sql").write_text(f"SELECT range AS id, range * {i} AS v FROM range(10)\n")
+
+    def run_all() -> dict[str, str]:
+        report = run_project(root)
+        assert report.ok and {r.group for r in report.results} != {None}, report.to_dict()
+        return {r.target: r.sql_sha256 for r in report.results}
+
+    def stores(run_id: str) -> list[bool]:
+        logs = sorted((root / "target" / "run" / run_id).glob("m.*.sql"))
+        return ["compiled_sql" in log.read_text() for log in logs]
+
+    first = run_all()
+    again = run_project(root)
+    assert {r.target: r.sql_sha256 for r in again.results} == first and stores(again.run_id) == [False] * 4
+    model = root / "models" / "m" / "t1.sql"
+    model.write_text(model.read_text().replace("range(10)", "range(20)"))
+    lake = Lake.open(root)
+    con = lake.connect()
+    try:
+        con.execute('ALTER TABLE lakewrap."fence:m.t2" DROP COLUMN sql_sha256')
+    finally:
+        lake.close(con)
+    changed = run_project(root)
+    assert changed.ok, changed.to_dict()
+    now = {r.target: r.sql_sha256 for r in changed.results}
+    assert now["m.t1"] != first["m.t1"] and {t: s for t, s in now.items() if t != "m.t1"} == {
+        t: s for t, s in first.items() if t != "m.t1"}
+    assert stores(changed.run_id) == [False, True, True, False]  # the new plan; the upgraded fence's
+    stored = lake_rows(root, "SELECT sql_sha256 FROM lakewrap.compiled_sql")
+    assert len(stored) == len(set(stored)) and set(now.values()) | {first["m.t1"]} <= {s for (s,) in stored}
+    for target, sha in now.items():
+        assert lake_rows(root, f'SELECT sql_sha256 FROM lakewrap."fence:{target}"') == [(sha,)]
