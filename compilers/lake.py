@@ -144,28 +144,16 @@ def fence_probe(target: str) -> str:
     return q.render(exp.select(q.col("sql_sha256")).from_(fence_table(target)))
 
 
-def fences_present(alias: str, targets: list[str]) -> str:
-    """Which of ``targets`` have a fence with its ``sql_sha256`` column (rows of ``table_name``,
-    ``fence:<target>``), read from the catalog: no fence table is scanned. Measured on 32 models
-    (DuckDB-file catalog): 3-9 ms, against 83-143 ms for one ``UNION ALL`` over their fences."""
-    names = [exp.Literal.string(fence_table(t).name) for t in targets]
-    return q.render(exp.select(q.col("table_name")).from_(exp.func("duckdb_columns")).where(q.and_all([
-        exp.EQ(this=q.col("database_name"), expression=exp.Literal.string(alias)),
-        exp.EQ(this=q.col("schema_name"), expression=exp.Literal.string(STATE_SCHEMA)),
-        exp.EQ(this=q.col("column_name"), expression=exp.Literal.string("sql_sha256")),
-        exp.In(this=q.col("table_name"), expressions=names)])))
-
-
-def stored_plans(targets: list[str]) -> str:
-    """``(target, sql_sha256)``: the plans the commits of ``targets`` recorded whose statements are
-    in ``compiled_sql`` (a plan among them is not stored again). Two state tables read, 7-25 ms."""
-    m, c = q.table(STATE_SCHEMA, MATERIALIZATIONS), q.table(STATE_SCHEMA, COMPILED_SQL)
-    stored = exp.Exists(this=exp.select(exp.Literal.number(1)).from_(q.aliased(c, "c")).where(
-        exp.EQ(this=q.col("sql_sha256", "c"), expression=q.col("sql_sha256", "m"))))
-    return q.render(exp.select(q.col("target", "m"), q.col("sql_sha256", "m")).distinct()
-                    .from_(q.aliased(m, "m"))
-                    .where(q.and_all([exp.In(this=q.col("target", "m"),
-                                             expressions=[exp.Literal.string(t) for t in targets]), stored])))
+def fence_probes(targets: list[str]) -> str:
+    """The fence rows of several models in one statement: ``(k, sql_sha256)``, ``k`` the position of
+    the model in ``targets`` (an error while any of their fences does not exist). One statement
+    reads them in a fraction of what one probe each costs (50 fences: 0.17 s against 0.25-0.6 s)."""
+    parts = [exp.select(exp.Literal.number(k).as_("k"), q.col("sql_sha256")).from_(fence_table(t))
+             for k, t in enumerate(targets)]
+    tree: exp.Query = parts[0]
+    for part in parts[1:]:
+        tree = exp.union(tree, part, distinct=False)
+    return q.render(tree)
 
 
 def fence_update(target: str) -> str:

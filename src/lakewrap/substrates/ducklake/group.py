@@ -28,7 +28,7 @@ from lakewrap.execute.group import Failed, GroupOutcome, Member, Quiet, rolled_b
 from lakewrap.execute.log import StatementLog
 
 if TYPE_CHECKING:
-    from lakewrap.substrates.ducklake.materialize import Executor, Fence, Written
+    from lakewrap.substrates.ducklake.materialize import Executor, Written
 
 
 def transaction(executor: Executor, con: Any, members: list[Member], jobs: dict[int, Job], idxs: list[int],
@@ -39,7 +39,7 @@ def transaction(executor: Executor, con: Any, members: list[Member], jobs: dict[
     written: list[tuple[int, Written]] = []
     committed = False
     error: str | None = None
-    fences: dict[str, Fence] = {}
+    fences: dict[str, str | None] = {}
     executor.read_fences(con, [members[i].target for i in idxs], Quiet())  # type: ignore[arg-type]
     for pos, i in enumerate(idxs):  # before BEGIN: a probe that fails inside would abort the transaction
         target = members[i].target
@@ -100,7 +100,7 @@ def transaction(executor: Executor, con: Any, members: list[Member], jobs: dict[
                     raise Failed(pos, RuntimeError("nothing to write"), nothing=True)
                 result.status = "unchanged"
             else:
-                fences[w.target] = fences[w.target].after(w.sql_sha256)
+                fences[w.target] = w.sql_sha256
                 wrote.add(w.target)
                 written.append((i, w))
             result.seconds = time.perf_counter() - began

@@ -33,23 +33,6 @@ from lakewrap.execute.retry import is_retryable
 from lakewrap.outcome import SNAPSHOT_UNREAD
 
 
-@dataclass(frozen=True)
-class Fence:
-    """What a model's fence says before a write: whether it exists (else the write creates it, in
-    its own transaction), and plans whose statements ``compiled_sql`` holds already (not stored
-    again)."""
-
-    exists: bool
-    stored: frozenset[str] = frozenset()
-
-    def after(self, sql_sha256: str) -> Fence:
-        """The fence once a write of plan ``sql_sha256`` committed."""
-        return Fence(True, self.stored | {sql_sha256})
-
-
-NO_FENCE = Fence(False)
-
-
 @dataclass
 class Written:
     """One materialization written in an open transaction, not committed yet: what its commit
@@ -64,7 +47,7 @@ class Written:
     def landed(self, executor: Executor, result: Result, snapshot: int | None, warning: str | None) -> None:
         """The transaction that holds it committed as ``snapshot``."""
         result.status = "unchanged" if self.unchanged else "success"
-        executor.fences[self.target] = executor.fences.get(self.target, NO_FENCE).after(self.sql_sha256)
+        executor.fences[self.target] = self.sql_sha256
         result.snapshot_id = snapshot
         if warning is not None:
             result.warnings.append(warning)
@@ -75,8 +58,8 @@ class Executor(Materializer):
     """Runs compiled plans on one DuckLake lake, for one run id."""
 
     lake: Lake
-    # target -> its fence, once read or written by this executor
-    fences: dict[str, Fence] = field(default_factory=dict)
+    # target -> the sql_sha256 its fence row holds, once read or written by this executor
+    fences: dict[str, str] = field(default_factory=dict)
 
     # --- the loop's hooks -----------------------------------------------------------------------
 
@@ -97,10 +80,10 @@ class Executor(Materializer):
     # --- one attempt ----------------------------------------------------------------------------
 
     def attempt(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int) -> None:
-        fence = self._fence(con, job.compiled.target, log)
+        fenced_sha = self._fence(con, job.compiled.target, log)
         log.run(con, sql.BEGIN)
         pin = log.run(con, sql.current_snapshot(self.lake.alias)).fetchone()[0]
-        written = self.write(con, job, result, log, attempt, pin, fence)
+        written = self.write(con, job, result, log, attempt, pin, fenced_sha)
         if written is None:  # a first run with nothing to version writes nothing, no table either
             log.run(con, sql.ROLLBACK)
             result.status = "unchanged"
@@ -129,7 +112,7 @@ class Executor(Materializer):
             return None, f"{SNAPSHOT_UNREAD}: {str(exc).strip()}"  # the coordinator reads it
 
     def write(self, con: Any, job: Job, result: Result, log: StatementLog, attempt: int, pin: int,
-              fence: Fence, group_reads: tuple[str, ...] = (),
+              fenced_sha: str | None, group_reads: tuple[str, ...] = (),
               bootstrapped: set[str] | None = None) -> Written | None:
         """One materialization's statements, tests and state rows inside the open transaction that
         read snapshot ``pin`` (its own, or a group's: :mod:`lakewrap.substrates.ducklake.group`);
@@ -146,7 +129,7 @@ class Executor(Materializer):
         outcomes: list[checks.TestOutcome] = []
         schema_check = compiled.schema_check
         started_at = datetime.now(timezone.utc)
-        create_fence = not fence.exists
+        create_fence = fenced_sha is None
         deferred = self.lake.defer
         views: tuple[list[str], list[str], list[str]] = ([], [], [])
         if deferred is not None and job.reads:  # reads the own lake lacks: from the other env's lake
@@ -219,7 +202,7 @@ class Executor(Materializer):
                 "watermark": watermark, "started_at": started_at, "attempt": attempt,
                 "lakewrap_version": __version__,
             })
-        if compiled.sql_sha256 not in fence.stored:  # else an earlier commit stored these statements
+        if fenced_sha != compiled.sql_sha256:  # else the fence's last commit stored these statements
             log.run(con, sql.insert_compiled_sql(), {
                 "sql_sha256": compiled.sql_sha256,
                 "statements": json.dumps([s.dump(exclude={"params"}) for s in compiled.statements]),
@@ -311,33 +294,26 @@ class Executor(Materializer):
         return int(log.run(con, sql.count_rows(schema, name)).fetchone()[0])
 
     def read_fences(self, con: Any, targets: list[str], log: StatementLog) -> None:
-        """Learn the fences of ``targets`` (a group's members) in two statements, so that
-        :meth:`_fence` finds them known: which exist, from the catalog, and which plans their
-        commits stored, from the state tables; no fence table is read. A fence not found is left
-        to :meth:`_fence`."""
+        """Read the fence rows of ``targets`` in one statement (a group's members), so that
+        :meth:`_fence` finds them known; when one of them has no fence yet, each is probed alone."""
         unknown = sorted({t for t in targets if t not in self.fences})
         if len(unknown) < 2:
             return
-        present = {name.removeprefix("fence:") for (name,) in
-                   log.run(con, sql.fences_present(self.lake.alias, unknown)).fetchall()}
-        if not present:
+        try:
+            rows = log.run(con, sql.fence_probes(unknown)).fetchall()
+        except Exception:  # a model's first run: its fence does not exist yet
             return
-        stored: dict[str, set[str]] = {t: set() for t in present}
-        for target, sha in log.run(con, sql.stored_plans(sorted(present))).fetchall():
-            stored[target].add(sha)
-        for target, shas in stored.items():
-            self.fences[target] = Fence(True, frozenset(shas))
+        for k, sha in rows:
+            self.fences[unknown[k]] = sha or ""
 
-    def _fence(self, con: Any, target: str, log: StatementLog) -> Fence:
-        """The model's fence: NO_FENCE before the model's first commit.
+    def _fence(self, con: Any, target: str, log: StatementLog) -> str | None:
+        """The ``sql_sha256`` in the model's fence row, or None before the model's first commit.
 
         Reading the one-row fence is cheap (a few ms; see benchmarks/strategies.py). Before a model's
         first run the table does not exist: its first materialization creates it inside its own
         transaction, so a failed first run leaves nothing behind, and two concurrent first runs
-        conflict on the fence table like any later pair. The hash in the row was committed together
-        with that plan's ``compiled_sql`` row, so a plan whose hash the fence holds is not stored
-        again. A fence made by lakewrap 0.1.0 has no hash column: the probe fails and the write's
-        fence DDL adds it.
+        conflict on the fence table like any later pair. The hash read here was committed together
+        with that plan's ``compiled_sql`` row, so a plan whose hash the fence holds is not stored again.
         """
         known = self.fences.get(target)
         if known is not None:
@@ -345,8 +321,8 @@ class Executor(Materializer):
         try:
             row = log.run(con, sql.fence_probe(target)).fetchone()
         except Exception:  # the fence table does not exist yet
-            return NO_FENCE
+            return None
         if row is None:
-            return NO_FENCE
-        self.fences[target] = fence = Fence(True, frozenset({row[0]}) if row[0] else frozenset())
-        return fence
+            return None
+        self.fences[target] = sha = row[0] or ""
+        return sha
