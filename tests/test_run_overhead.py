@@ -153,10 +153,10 @@ def test_a_fence_from_before_the_hash_column_is_upgraded(tmp_path: Path) -> None
     assert "ADD COLUMN IF NOT EXISTS" in log and log.index("BEGIN") < log.index("ADD COLUMN")
 
 
-def test_a_group_learns_its_fences_from_the_catalog_and_stores_each_plan_once(tmp_path: Path) -> None:
-    """A group reads which fences exist from the catalog and which plans are stored from the state
-    tables (``Executor.read_fences``): a plan is stored once, a new plan once more, a fence lacking
-    its hash column (lakewrap 0.1.0) is upgraded, and every fence names its model's last plan."""
+def test_a_group_commit_stores_each_plan_once_and_upgrades_an_old_fence(tmp_path: Path) -> None:
+    """Group commit reads its members' fences together (``Executor.read_fences``): a plan is stored
+    once, a new plan once more, a fence lacking its hash column (lakewrap 0.1.0) is upgraded inside
+    the group, and every fence names its model's last plan."""
     root = tmp_path / "p"
     (root / "models" / "m").mkdir(parents=True)
     (root / "lakewrap.toml").write_text("")
